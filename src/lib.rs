@@ -1,0 +1,70 @@
+//! GPU memory on OpenTelemetry, for people who train models.
+//!
+//! gpuspan samples every GPU's memory on its own thread at millisecond intervals, and
+//! wraps training loops in `epoch` and `step` spans that carry the memory at their start and
+//! end and the **peak reached while they were open**, so the 200 ms spike that causes an
+//! out-of-memory error shows on the step that caused it. Spans are [`tracing`] spans
+//! exported over OTLP (through `tracing-opentelemetry`); per-device gauges follow the OTel
+//! hardware semantic conventions (`hw.gpu.memory.usage`, ...).
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! # fn train_step() {}
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Env-configured: with no OTLP endpoint, writes gpuspan-runs/<run-id>/ and prints a
+//!     // per-epoch table at shutdown; with OTEL_EXPORTER_OTLP_ENDPOINT, ships OTLP.
+//!     let telemetry = gpuspan::init()?;
+//!     for epoch in 0..3 {
+//!         let _e = gpuspan::epoch_span!(epoch);
+//!         for step in 0..100 {
+//!             let _s = gpuspan::step_span!(step, batch_size = 64);
+//!             train_step();
+//!         }
+//!     }
+//!     telemetry.shutdown()?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Configure in code with [`Telemetry::builder`] (code beats environment), or add
+//! [`Telemetry::layer`] to a subscriber of your own instead of [`init`].
+//!
+//! # What a span records
+//! `gpu.memory.start` / `.end` / `.peak` / `.delta` (device memory summed over the devices
+//! in scope), `gpu.<i>.memory.*` and `gpu.memory.imbalance` with several devices,
+//! `gpu.process.memory.*` (this process's own, where the driver reports it),
+//! `gpu.allocator.*.peak` (fed by [`record_allocator`]), `process.memory.*` (host RSS),
+//! `gpu.memory.source` and `gpu.memory.samples`. Byte counts are integers.
+//!
+//! # Feature flags
+//! - `nvml` (default): read GPU memory through NVML (`nvml-wrapper`, loaded at run time).
+//! - `otlp-grpc` (default): OTLP over gRPC.
+//! - `otlp-http` (default): OTLP over HTTP/protobuf.
+//! - `cli`: the `gpuspan` command (`report`, `watch`).
+
+#![warn(missing_docs, unreachable_pub)]
+
+mod config;
+mod error;
+mod export;
+mod layer;
+mod macros;
+mod metrics;
+mod resource;
+pub mod runlog;
+mod sampler;
+mod source;
+mod span;
+mod telemetry;
+
+#[doc(hidden)]
+pub use macros::__private;
+
+pub use config::{Exporter, Protocol, DEFAULT_SAMPLE_INTERVAL};
+pub use error::{InitError, ShutdownError};
+pub use sampler::SamplerStats;
+pub use source::allocator::record_allocator;
+pub use source::{Device, DeviceReading, DeviceScope, MemorySource};
+pub use span::{MemorySpan, SpanMemory};
+pub use telemetry::{init, Builder, Telemetry};

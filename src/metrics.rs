@@ -1,0 +1,146 @@
+//! OTel instruments: the hardware semantic conventions for GPUs (`hw.gpu.*`, `hw.type =
+//! gpu`), the per-interval peak, host memory, and step and epoch durations.
+//!
+//! Observable instruments read what the sampler already holds: a collection never touches
+//! a device.
+
+use std::sync::Arc;
+
+use opentelemetry::metrics::{Histogram, Meter};
+use opentelemetry::KeyValue;
+
+use crate::sampler::{figure, Shared, ABSENT};
+
+/// Bucket bounds in seconds for step and epoch durations: milliseconds to an hour.
+const DURATION_BOUNDS: [f64; 20] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Registers every observable instrument on `meter`. Their callbacks live as long as the
+/// meter provider.
+pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
+    let devices: Arc<[Vec<KeyValue>]> = shared
+        .devices()
+        .iter()
+        .map(|device| {
+            vec![
+                KeyValue::new("hw.id", device.uuid.clone()),
+                KeyValue::new("hw.name", device.name.clone()),
+                KeyValue::new("hw.vendor", device.vendor.clone()),
+                KeyValue::new("hw.type", "gpu"),
+                KeyValue::new("gpu.index", i64::from(device.index)),
+            ]
+        })
+        .collect();
+
+    if !devices.is_empty() {
+        let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
+        meter
+            .i64_observable_up_down_counter("hw.gpu.memory.usage")
+            .with_unit("By")
+            .with_description("GPU memory in use (NVML used)")
+            .with_callback(move |observer| {
+                for (i, attributes) in d.iter().enumerate() {
+                    if let Some(used) = value(s.latest(figure::DEVICE0 + i)) {
+                        observer.observe(used, attributes);
+                    }
+                }
+            })
+            .build();
+
+        let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
+        meter
+            .i64_observable_up_down_counter("hw.gpu.memory.limit")
+            .with_unit("By")
+            .with_description("GPU memory installed")
+            .with_callback(move |observer| {
+                for (i, attributes) in d.iter().enumerate() {
+                    if let Some(total) = value(s.total(i)) {
+                        observer.observe(total, attributes);
+                    }
+                }
+            })
+            .build();
+
+        let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
+        meter
+            .f64_observable_gauge("hw.gpu.memory.utilization")
+            .with_unit("1")
+            .with_description("Fraction of GPU memory in use (usage / limit)")
+            .with_callback(move |observer| {
+                for (i, attributes) in d.iter().enumerate() {
+                    let used = value(s.latest(figure::DEVICE0 + i));
+                    let total = value(s.total(i)).filter(|&t| t > 0);
+                    if let (Some(used), Some(total)) = (used, total) {
+                        observer.observe(used as f64 / total as f64, attributes);
+                    }
+                }
+            })
+            .build();
+
+        let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
+        meter
+            .f64_observable_gauge("hw.gpu.utilization")
+            .with_unit("1")
+            .with_description("Fraction of time the GPU was busy")
+            .with_callback(move |observer| {
+                for (i, attributes) in d.iter().enumerate() {
+                    if let Some(busy) = s.utilization(i) {
+                        let mut attributes = attributes.clone();
+                        attributes.push(KeyValue::new("hw.gpu.task", "general"));
+                        observer.observe(busy, &attributes);
+                    }
+                }
+            })
+            .build();
+
+        let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
+        meter
+            .i64_observable_gauge("gpu.memory.peak")
+            .with_unit("By")
+            .with_description(
+                "Highest GPU memory in use since the previous collection, from every sample",
+            )
+            .with_callback(move |observer| {
+                for (i, attributes) in d.iter().enumerate() {
+                    if let Some(peak) = value(s.take_peak_since_collect(i)) {
+                        observer.observe(peak, attributes);
+                    }
+                }
+            })
+            .build();
+    }
+
+    let s = Arc::clone(shared);
+    meter
+        .i64_observable_gauge("process.memory.usage")
+        .with_unit("By")
+        .with_description("Resident host memory of this process")
+        .with_callback(move |observer| {
+            if let Some(rss) = value(s.latest(figure::HOST_RSS)) {
+                observer.observe(rss, &[]);
+            }
+        })
+        .build();
+}
+
+/// `ml.step.duration` and `ml.epoch.duration`, in seconds.
+pub(crate) fn duration_histograms(meter: &Meter) -> (Histogram<f64>, Histogram<f64>) {
+    let histogram = |name: &'static str, description: &'static str| {
+        meter
+            .f64_histogram(name)
+            .with_unit("s")
+            .with_description(description)
+            .with_boundaries(DURATION_BOUNDS.to_vec())
+            .build()
+    };
+    (
+        histogram("ml.step.duration", "Duration of training steps"),
+        histogram("ml.epoch.duration", "Duration of training epochs"),
+    )
+}
+
+fn value(raw: u64) -> Option<i64> {
+    (raw != ABSENT).then(|| i64::try_from(raw).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,76 @@
+//! Where memory readings come from.
+//!
+//! A [`MemorySource`] reads the GPU devices it knows about; the sampler thread calls it at
+//! every interval and never from the training thread. Host memory (`host`) and the counters a
+//! framework pushes (`allocator`) are read separately, so host memory can never end up under
+//! a `gpu.` name.
+
+pub(crate) mod allocator;
+pub(crate) mod host;
+#[cfg(feature = "nvml")]
+pub(crate) mod nvml;
+pub(crate) mod scope;
+
+
+use std::time::Duration;
+
+pub use scope::DeviceScope;
+
+/// A GPU device as a source sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// The driver's index for the device (NVML index), recorded as `gpu.index`.
+    pub index: u32,
+    /// A stable identifier, recorded as `hw.id` (for NVIDIA, the `GPU-...` UUID).
+    pub uuid: String,
+    /// The product name, recorded as `hw.name`.
+    pub name: String,
+    /// The vendor, recorded as `hw.vendor`.
+    pub vendor: String,
+}
+
+/// One reading of one device. `None` means "not measured", never zero.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceReading {
+    /// Device memory in use, in bytes (NVML `used`).
+    pub used: Option<u64>,
+    /// Device memory installed, in bytes.
+    pub total: Option<u64>,
+    /// Fraction of time the GPU was busy over the driver's last sample period (0 to 1).
+    pub utilization: Option<f64>,
+    /// GPU memory held by this process on the device, in bytes, where the driver reports it.
+    pub process_used: Option<u64>,
+    /// Why the device could not be read this time (for example "GPU is lost").
+    pub error: Option<String>,
+}
+
+/// Something that reads GPU memory: NVML, `nvidia-smi`, or your own.
+///
+/// The sampler thread owns the source and calls [`read`](MemorySource::read) at every
+/// sampling interval; a read should take microseconds, not milliseconds. A source reports
+/// failures per device through [`DeviceReading::error`] and must not panic.
+pub trait MemorySource: Send + 'static {
+    /// The name recorded as `gpu.memory.source` (`nvml`, `nvidia-smi`, ...).
+    fn name(&self) -> &str;
+
+    /// The devices this source reads, in the order [`read`](MemorySource::read) fills them.
+    fn devices(&self) -> &[Device];
+
+    /// Reads every device into `out`, which has one entry per device.
+    fn read(&mut self, out: &mut [DeviceReading]);
+
+    /// The shortest interval this source should be read at, when it is slower than the
+    /// sampler's (an external command, for example).
+    fn min_interval(&self) -> Option<Duration> {
+        None
+    }
+}
+
+impl std::fmt::Debug for dyn MemorySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemorySource")
+            .field("name", &self.name())
+            .field("devices", &self.devices())
+            .finish()
+    }
+}

@@ -1,0 +1,105 @@
+//! Which devices are in scope: `GPUSPAN_DEVICES`, else `CUDA_VISIBLE_DEVICES`, else all.
+
+use super::Device;
+
+/// The devices a run measures, by NVML index or by UUID.
+///
+/// NVML ignores `CUDA_VISIBLE_DEVICES`, so gpuspan applies it itself: `GPU-...` entries match
+/// by UUID (a prefix is enough, as with CUDA), numbers match the NVML index, which is CUDA's
+/// numbering when `CUDA_DEVICE_ORDER=PCI_BUS_ID` (prefer UUIDs otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceScope {
+    /// `None`: every device.
+    entries: Option<Vec<DeviceId>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DeviceId {
+    Index(u32),
+    Uuid(String),
+}
+
+impl DeviceScope {
+    /// Every device the source sees.
+    pub fn all() -> Self {
+        Self { entries: None }
+    }
+
+    /// Parses a comma-separated list of NVML indexes and `GPU-...` UUIDs.
+    ///
+    /// An empty list or `-1` selects no device, as `CUDA_VISIBLE_DEVICES` does.
+    ///
+    /// # Errors
+    /// An entry that is neither a number nor a `GPU-`/`MIG-` identifier.
+    pub fn parse(list: &str) -> Result<Self, String> {
+        let mut entries = Vec::new();
+        for raw in list.split(',') {
+            let entry = raw.trim();
+            if entry.is_empty() {
+                continue;
+            }
+            if entry == "-1" {
+                break;
+            }
+            if let Ok(index) = entry.parse::<u32>() {
+                entries.push(DeviceId::Index(index));
+            } else if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
+                entries.push(DeviceId::Uuid(entry.to_ascii_lowercase()));
+            } else {
+                return Err(format!(
+                    "'{entry}' is neither a device index (0, 1, ...) nor a UUID (GPU-...)"
+                ));
+            }
+        }
+        Ok(Self {
+            entries: Some(entries),
+        })
+    }
+
+    /// Whether `device` is in scope.
+    pub fn includes(&self, device: &Device) -> bool {
+        let Some(entries) = &self.entries else {
+            return true;
+        };
+        let uuid = device.uuid.to_ascii_lowercase();
+        entries.iter().any(|entry| match entry {
+            DeviceId::Index(index) => *index == device.index,
+            DeviceId::Uuid(prefix) => uuid.starts_with(prefix.as_str()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(index: u32, uuid: &str) -> Device {
+        Device {
+            index,
+            uuid: uuid.into(),
+            name: "test".into(),
+            vendor: "NVIDIA".into(),
+        }
+    }
+
+    #[test]
+    fn indexes_and_uuid_prefixes_select_devices() {
+        let scope = DeviceScope::parse("1, GPU-abcd").unwrap();
+        assert!(!scope.includes(&device(0, "GPU-0000")));
+        assert!(scope.includes(&device(1, "GPU-1111")));
+        assert!(scope.includes(&device(2, "GPU-ABCD-1234")));
+    }
+
+    #[test]
+    fn empty_and_minus_one_select_nothing() {
+        assert!(!DeviceScope::parse("").unwrap().includes(&device(0, "GPU-0")));
+        assert!(!DeviceScope::parse("-1").unwrap().includes(&device(0, "GPU-0")));
+        assert!(DeviceScope::all().includes(&device(7, "GPU-7")));
+    }
+
+    #[test]
+    fn garbage_names_the_entry() {
+        let err = DeviceScope::parse("0,cuda:1").unwrap_err();
+        assert!(err.contains("'cuda:1'"), "{err}");
+    }
+}

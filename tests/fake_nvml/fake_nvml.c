@@ -1,0 +1,1113 @@
+/*
+ * A fake libnvidia-ml.so.1 for tests and demos on machines without a GPU.
+ *
+ * It exports the NVML entry points that nvml-wrapper 0.13 calls for
+ * initialisation, device discovery, memory, utilisation and process queries,
+ * with the C ABI of nvml-wrapper-sys 0.10 (NVML 11/12 headers). The state it
+ * reports lives in static globals, so every copy of the .so file that is
+ * dlopen()ed under its own path has its own state.
+ *
+ * The state is controlled in two ways:
+ *
+ *  - exported control functions named fake_nvml_*, callable at any time
+ *    (no nvmlInit needed), e.g. through libloading from the same path;
+ *  - environment variables, read once, at the first nvmlInit of this copy,
+ *    and only if no control function has changed the state before:
+ *      FAKE_NVML_DEVICES       device count (default 1, at most 16)
+ *      FAKE_NVML_TOTAL_MIB     total memory per device (default 143771)
+ *      FAKE_NVML_USED_MIB      used memory per device (default 1024)
+ *      FAKE_NVML_TIMELINE      file with lines "at_ms device used_bytes";
+ *                              its clock starts at that nvmlInit
+ *      FAKE_NVML_PROCESS_MIB   device 0 reports one compute process,
+ *                              pid getpid(), using that many MiB
+ *      FAKE_NVML_FAIL          name:code[:device][,name:code[:device]...]
+ *      FAKE_NVML_FOLLOW_RSS    1: device 0 used = FAKE_NVML_USED_MIB plus
+ *                              the resident set size of the calling process
+ *
+ * Build with -DFAKE_NVML_NO_PROCESS_QUERIES to leave out the two process
+ * query symbols, as a driver that lacks them would.
+ *
+ * Every function is safe to call from several threads; one mutex guards the
+ * state. NULL output pointers give NVML_ERROR_INVALID_ARGUMENT.
+ */
+
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+
+/* ---- NVML ABI (matches nvml-wrapper-sys 0.10 bindings.rs) ---- */
+
+typedef int nvmlReturn_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NO_PERMISSION 4
+#define NVML_ERROR_ALREADY_INITIALIZED 5
+#define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_INSUFFICIENT_POWER 8
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_TIMEOUT 10
+#define NVML_ERROR_IRQ_ISSUE 11
+#define NVML_ERROR_LIBRARY_NOT_FOUND 12
+#define NVML_ERROR_FUNCTION_NOT_FOUND 13
+#define NVML_ERROR_CORRUPTED_INFOROM 14
+#define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_RESET_REQUIRED 16
+#define NVML_ERROR_OPERATING_SYSTEM 17
+#define NVML_ERROR_LIB_RM_VERSION_MISMATCH 18
+#define NVML_ERROR_IN_USE 19
+#define NVML_ERROR_MEMORY 20
+#define NVML_ERROR_NO_DATA 21
+#define NVML_ERROR_VGPU_ECC_NOT_SUPPORTED 22
+#define NVML_ERROR_INSUFFICIENT_RESOURCES 23
+#define NVML_ERROR_FREQ_NOT_SUPPORTED 24
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_ERROR_DEPRECATED 26
+#define NVML_ERROR_NOT_READY 27
+#define NVML_ERROR_GPU_NOT_FOUND 28
+#define NVML_ERROR_INVALID_STATE 29
+#define NVML_ERROR_UNKNOWN 999
+
+typedef struct nvmlMemory_st {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct nvmlMemory_v2_st {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+
+/* NVML_STRUCT_VERSION(Memory, 2) */
+#define nvmlMemory_v2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+
+typedef struct nvmlUtilization_st {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+/* nvmlProcessInfo_t as used by the *_v3 process queries (nvmlProcessInfo_v2_st). */
+typedef struct nvmlProcessInfo_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+#define FAKE_NO_INSTANCE_ID 0xFFFFFFFFu
+
+/* Buffer sizes from nvml.h */
+#define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
+#define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
+
+/* ---- fake state ---- */
+
+#define FAKE_MAX_DEVICES 16u
+#define FAKE_MAX_PROCESSES 256u
+#define FAKE_MAX_ERRORS 64u
+#define FAKE_FN_NAME_MAX 64
+
+#define FAKE_MIB (1024ull * 1024ull)
+#define FAKE_DEFAULT_TOTAL_MIB 143771ull
+#define FAKE_DEFAULT_USED_MIB 1024ull
+
+#define FAKE_DRIVER_VERSION "570.86.15"
+#define FAKE_NVML_VERSION "12.570.86.15"
+#define FAKE_CUDA_DRIVER_VERSION 12080
+#define FAKE_DEFAULT_NAME "NVIDIA H200 (fake)"
+
+typedef struct fake_process {
+    unsigned int pid;
+    unsigned long long used;
+} fake_process;
+
+typedef struct fake_point {
+    unsigned long long at_ns;
+    unsigned long long used;
+} fake_point;
+
+/* The opaque nvmlDevice_t handed out is a pointer to one of these. */
+typedef struct nvmlDevice_st {
+    unsigned int index;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    unsigned long long total;
+    unsigned long long used;
+    unsigned int util_gpu;
+    unsigned int util_memory;
+    int follow_rss;
+    fake_process compute[FAKE_MAX_PROCESSES];
+    unsigned int compute_count;
+    fake_process graphics[FAKE_MAX_PROCESSES];
+    unsigned int graphics_count;
+    fake_point *timeline;
+    unsigned int timeline_count;
+} *nvmlDevice_t;
+
+typedef struct fake_error {
+    char name[FAKE_FN_NAME_MAX];
+    int dev;
+    int code;
+} fake_error;
+
+/* Every function that counts its calls and accepts injected errors. */
+enum {
+    F_nvmlInit_v2,
+    F_nvmlInitWithFlags,
+    F_nvmlShutdown,
+    F_nvmlErrorString,
+    F_nvmlSystemGetDriverVersion,
+    F_nvmlSystemGetNVMLVersion,
+    F_nvmlSystemGetCudaDriverVersion,
+    F_nvmlSystemGetCudaDriverVersion_v2,
+    F_nvmlDeviceGetCount_v2,
+    F_nvmlDeviceGetHandleByIndex_v2,
+    F_nvmlDeviceGetHandleByUUID,
+    F_nvmlDeviceGetName,
+    F_nvmlDeviceGetUUID,
+    F_nvmlDeviceGetIndex,
+    F_nvmlDeviceGetMemoryInfo,
+    F_nvmlDeviceGetMemoryInfo_v2,
+    F_nvmlDeviceGetUtilizationRates,
+    F_nvmlDeviceGetComputeRunningProcesses_v3,
+    F_nvmlDeviceGetGraphicsRunningProcesses_v3,
+    F_COUNT
+};
+
+static const char *const fn_names[F_COUNT] = {
+    "nvmlInit_v2",
+    "nvmlInitWithFlags",
+    "nvmlShutdown",
+    "nvmlErrorString",
+    "nvmlSystemGetDriverVersion",
+    "nvmlSystemGetNVMLVersion",
+    "nvmlSystemGetCudaDriverVersion",
+    "nvmlSystemGetCudaDriverVersion_v2",
+    "nvmlDeviceGetCount_v2",
+    "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetIndex",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_defaults_done;   /* state holds its defaults */
+static int g_controlled;      /* a control function changed the state */
+static int g_env_applied;     /* the environment has been read */
+static unsigned int g_init_count;
+static unsigned int g_device_count;
+static struct nvmlDevice_st g_devices[FAKE_MAX_DEVICES];
+static fake_error g_errors[FAKE_MAX_ERRORS];
+static unsigned int g_error_count;
+static unsigned long long g_calls[F_COUNT];
+static unsigned long long g_timeline_start_ns;
+
+static unsigned long long now_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) {
+        return 0;
+    }
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
+    if (n >= cap) {
+        n = cap - 1;
+    }
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void reset_device_locked(unsigned int i) {
+    struct nvmlDevice_st *d = &g_devices[i];
+    free(d->timeline);
+    memset(d, 0, sizeof(*d));
+    d->index = i;
+    copy_str(d->name, sizeof(d->name), FAKE_DEFAULT_NAME);
+    snprintf(d->uuid, sizeof(d->uuid), "GPU-00000000-0000-0000-0000-%012u", i);
+    d->total = FAKE_DEFAULT_TOTAL_MIB * FAKE_MIB;
+    d->used = FAKE_DEFAULT_USED_MIB * FAKE_MIB;
+}
+
+static void reset_locked(void) {
+    for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+        reset_device_locked(i);
+    }
+    g_device_count = 1;
+    g_error_count = 0;
+    memset(g_calls, 0, sizeof(g_calls));
+    g_timeline_start_ns = now_ns();
+    g_defaults_done = 1;
+}
+
+/* Takes the lock and makes sure the defaults are in place. */
+static void lock_state(void) {
+    pthread_mutex_lock(&g_lock);
+    if (!g_defaults_done) {
+        reset_locked();
+    }
+}
+
+static void unlock_state(void) {
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Called with the lock held by every control function that changes state. */
+static void lock_control(void) {
+    lock_state();
+    g_controlled = 1;
+}
+
+static int fn_index(const char *name) {
+    if (name == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < F_COUNT; i++) {
+        if (strcmp(fn_names[i], name) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static int set_error_locked(const char *name, int dev, int code) {
+    if (fn_index(name) < 0 || dev < -1) {
+        return -1;
+    }
+    for (unsigned int i = 0; i < g_error_count; i++) {
+        if (g_errors[i].dev == dev && strcmp(g_errors[i].name, name) == 0) {
+            if (code == NVML_SUCCESS) {
+                g_errors[i] = g_errors[g_error_count - 1];
+                g_error_count--;
+            } else {
+                g_errors[i].code = code;
+            }
+            return 0;
+        }
+    }
+    if (code == NVML_SUCCESS) {
+        return 0;
+    }
+    if (g_error_count >= FAKE_MAX_ERRORS) {
+        return -1;
+    }
+    copy_str(g_errors[g_error_count].name, FAKE_FN_NAME_MAX, name);
+    g_errors[g_error_count].dev = dev;
+    g_errors[g_error_count].code = code;
+    g_error_count++;
+    return 0;
+}
+
+/* The injected error for a call of function f on device dev (-1: none). */
+static int injected_one_locked(int f, int dev) {
+    const char *name = fn_names[f];
+    int all = NVML_SUCCESS;
+    for (unsigned int i = 0; i < g_error_count; i++) {
+        if (strcmp(g_errors[i].name, name) != 0) {
+            continue;
+        }
+        if (dev >= 0 && g_errors[i].dev == dev) {
+            return g_errors[i].code;
+        }
+        if (g_errors[i].dev == -1) {
+            all = g_errors[i].code;
+        }
+    }
+    return all;
+}
+
+/*
+ * A versioned entry point also fails with the errors set for its base
+ * function: nvmlInitWithFlags with those of nvmlInit_v2, and
+ * nvmlDeviceGetMemoryInfo_v2 (what nvml-wrapper calls) with those of
+ * nvmlDeviceGetMemoryInfo. Errors set for the exact name win.
+ */
+static int injected_locked(int f, int dev) {
+    int rc = injected_one_locked(f, dev);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (f == F_nvmlInitWithFlags) {
+        return injected_one_locked(F_nvmlInit_v2, dev);
+    }
+    if (f == F_nvmlDeviceGetMemoryInfo_v2) {
+        return injected_one_locked(F_nvmlDeviceGetMemoryInfo, dev);
+    }
+    return NVML_SUCCESS;
+}
+
+static int set_points_locked(unsigned int dev, const fake_point *points, unsigned int count) {
+    struct nvmlDevice_st *d = &g_devices[dev];
+    fake_point *copy = NULL;
+    if (count > 0) {
+        copy = malloc(sizeof(fake_point) * count);
+        if (copy == NULL) {
+            return -1;
+        }
+        memcpy(copy, points, sizeof(fake_point) * count);
+    }
+    free(d->timeline);
+    d->timeline = copy;
+    d->timeline_count = count;
+    return 0;
+}
+
+static unsigned long long rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, resident = 0;
+    if (f == NULL) {
+        return 0;
+    }
+    if (fscanf(f, "%llu %llu", &size, &resident) != 2) {
+        resident = 0;
+    }
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) {
+        page = 4096;
+    }
+    return resident * (unsigned long long)page;
+}
+
+/* Used memory of a device as a read at this moment sees it. */
+static unsigned long long used_now_locked(const struct nvmlDevice_st *d) {
+    if (d->timeline_count > 0) {
+        unsigned long long now = now_ns();
+        unsigned long long elapsed = now >= g_timeline_start_ns ? now - g_timeline_start_ns : 0;
+        int found = 0;
+        unsigned long long best_at = 0, best_used = 0;
+        for (unsigned int i = 0; i < d->timeline_count; i++) {
+            const fake_point *p = &d->timeline[i];
+            if (p->at_ns <= elapsed && (!found || p->at_ns >= best_at)) {
+                found = 1;
+                best_at = p->at_ns;
+                best_used = p->used;
+            }
+        }
+        if (found) {
+            return best_used;
+        }
+    }
+    if (d->follow_rss) {
+        return d->used + rss_bytes();
+    }
+    return d->used;
+}
+
+/* ---- environment ---- */
+
+static int env_ull(const char *name, unsigned long long *out) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    if (v == NULL || *v == '\0') {
+        return 0;
+    }
+    unsigned long long x = strtoull(v, &end, 10);
+    if (end == v) {
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+static void env_timeline_locked(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "fake libnvidia-ml: cannot read FAKE_NVML_TIMELINE file %s\n", path);
+        return;
+    }
+    fake_point *points[FAKE_MAX_DEVICES] = {0};
+    unsigned int counts[FAKE_MAX_DEVICES] = {0};
+    unsigned int caps[FAKE_MAX_DEVICES] = {0};
+    char line[512];
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long at_ms = 0, used = 0;
+        unsigned int dev = 0;
+        char *p = line;
+        while (*p == ' ' || *p == '\t') {
+            p++;
+        }
+        if (*p == '#' || *p == '\n' || *p == '\r' || *p == '\0') {
+            continue;
+        }
+        if (sscanf(p, "%llu %u %llu", &at_ms, &dev, &used) != 3 || dev >= FAKE_MAX_DEVICES) {
+            continue;
+        }
+        if (counts[dev] == caps[dev]) {
+            unsigned int cap = caps[dev] ? caps[dev] * 2 : 64;
+            fake_point *grown = realloc(points[dev], sizeof(fake_point) * cap);
+            if (grown == NULL) {
+                continue;
+            }
+            points[dev] = grown;
+            caps[dev] = cap;
+        }
+        points[dev][counts[dev]].at_ns = at_ms * 1000000ull;
+        points[dev][counts[dev]].used = used;
+        counts[dev]++;
+    }
+    fclose(f);
+    for (unsigned int dev = 0; dev < FAKE_MAX_DEVICES; dev++) {
+        if (counts[dev] > 0) {
+            set_points_locked(dev, points[dev], counts[dev]);
+        }
+        free(points[dev]);
+    }
+}
+
+static void env_fail_locked(const char *spec) {
+    char *copy = strdup(spec);
+    char *save = NULL;
+    if (copy == NULL) {
+        return;
+    }
+    for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+        while (*item == ' ') {
+            item++;
+        }
+        char *colon = strchr(item, ':');
+        if (colon == NULL) {
+            fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_FAIL entry '%s' is not name:code\n", item);
+            continue;
+        }
+        *colon = '\0';
+        char *rest = colon + 1;
+        int dev = -1;
+        char *colon2 = strchr(rest, ':');
+        if (colon2 != NULL) {
+            *colon2 = '\0';
+            dev = atoi(colon2 + 1);
+        }
+        if (set_error_locked(item, dev, atoi(rest)) != 0) {
+            fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_FAIL names unknown function '%s'\n", item);
+        }
+    }
+    free(copy);
+}
+
+static void apply_env_locked(void) {
+    unsigned long long x = 0;
+    const char *s;
+    g_env_applied = 1;
+    if (env_ull("FAKE_NVML_DEVICES", &x)) {
+        g_device_count = x > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : (unsigned int)x;
+    }
+    if (env_ull("FAKE_NVML_TOTAL_MIB", &x)) {
+        for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+            g_devices[i].total = x * FAKE_MIB;
+        }
+    }
+    if (env_ull("FAKE_NVML_USED_MIB", &x)) {
+        for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+            g_devices[i].used = x * FAKE_MIB;
+        }
+    }
+    if (env_ull("FAKE_NVML_PROCESS_MIB", &x)) {
+        g_devices[0].compute[0].pid = (unsigned int)getpid();
+        g_devices[0].compute[0].used = x * FAKE_MIB;
+        g_devices[0].compute_count = 1;
+    }
+    s = getenv("FAKE_NVML_FOLLOW_RSS");
+    if (s != NULL && strcmp(s, "1") == 0) {
+        g_devices[0].follow_rss = 1;
+    }
+    s = getenv("FAKE_NVML_FAIL");
+    if (s != NULL && *s != '\0') {
+        env_fail_locked(s);
+    }
+    s = getenv("FAKE_NVML_TIMELINE");
+    if (s != NULL && *s != '\0') {
+        env_timeline_locked(s);
+    }
+    g_timeline_start_ns = now_ns();
+}
+
+/* ---- NVML entry points ---- */
+
+static nvmlReturn_t do_init(int f) {
+    lock_state();
+    g_calls[f]++;
+    if (!g_env_applied && !g_controlled) {
+        apply_env_locked();
+    }
+    int rc = injected_locked(f, -1);
+    if (rc == NVML_SUCCESS) {
+        g_init_count++;
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    return do_init(F_nvmlInit_v2);
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return do_init(F_nvmlInitWithFlags);
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlShutdown(void) {
+    lock_state();
+    g_calls[F_nvmlShutdown]++;
+    int rc = injected_locked(F_nvmlShutdown, -1);
+    if (rc == NVML_SUCCESS) {
+        if (g_init_count == 0) {
+            rc = NVML_ERROR_UNINITIALIZED;
+        } else {
+            g_init_count--;
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT const char *nvmlErrorString(nvmlReturn_t result) {
+    lock_state();
+    g_calls[F_nvmlErrorString]++;
+    unlock_state();
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_MEMORY: return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA: return "No data";
+    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "Not supported when ECC is enabled";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient resources";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Frequency not supported";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    case NVML_ERROR_DEPRECATED: return "Deprecated";
+    case NVML_ERROR_NOT_READY: return "Not ready";
+    case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
+    case NVML_ERROR_INVALID_STATE: return "Invalid state";
+    default: return "Unknown Error";
+    }
+}
+
+/* Counts the call, then checks injected errors and initialisation. */
+static int enter_locked(int f, int dev) {
+    g_calls[f]++;
+    int rc = injected_locked(f, dev);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (g_init_count == 0) {
+        return NVML_ERROR_UNINITIALIZED;
+    }
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t put_string(char *buf, unsigned int length, const char *value) {
+    if (buf == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if ((size_t)length < strlen(value) + 1) {
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    memcpy(buf, value, strlen(value) + 1);
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    lock_state();
+    int rc = enter_locked(F_nvmlSystemGetDriverVersion, -1);
+    if (rc == NVML_SUCCESS) {
+        rc = put_string(version, length, FAKE_DRIVER_VERSION);
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    lock_state();
+    /* Real NVML answers this one without nvmlInit. */
+    g_calls[F_nvmlSystemGetNVMLVersion]++;
+    int rc = injected_locked(F_nvmlSystemGetNVMLVersion, -1);
+    if (rc == NVML_SUCCESS) {
+        rc = put_string(version, length, FAKE_NVML_VERSION);
+    }
+    unlock_state();
+    return rc;
+}
+
+static nvmlReturn_t cuda_version(int f, int *out) {
+    lock_state();
+    g_calls[f]++;
+    int rc = injected_locked(f, -1);
+    if (rc == NVML_SUCCESS) {
+        if (out == NULL) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            *out = FAKE_CUDA_DRIVER_VERSION;
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) {
+    return cuda_version(F_nvmlSystemGetCudaDriverVersion, cudaDriverVersion);
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) {
+    return cuda_version(F_nvmlSystemGetCudaDriverVersion_v2, cudaDriverVersion);
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
+    lock_state();
+    int rc = enter_locked(F_nvmlDeviceGetCount_v2, -1);
+    if (rc == NVML_SUCCESS) {
+        if (deviceCount == NULL) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            *deviceCount = g_device_count;
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    lock_state();
+    int rc = enter_locked(F_nvmlDeviceGetHandleByIndex_v2, index < FAKE_MAX_DEVICES ? (int)index : -1);
+    if (rc == NVML_SUCCESS) {
+        if (device == NULL || index >= g_device_count) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            *device = &g_devices[index];
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    lock_state();
+    int found = -1;
+    if (uuid != NULL) {
+        for (unsigned int i = 0; i < g_device_count; i++) {
+            if (strcmp(g_devices[i].uuid, uuid) == 0) {
+                found = (int)i;
+                break;
+            }
+        }
+    }
+    int rc = enter_locked(F_nvmlDeviceGetHandleByUUID, found);
+    if (rc == NVML_SUCCESS) {
+        if (uuid == NULL || device == NULL) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else if (found < 0) {
+            rc = NVML_ERROR_NOT_FOUND;
+        } else {
+            *device = &g_devices[found];
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+/* Index of a handle that this library handed out, or -1. */
+static int handle_index_locked(nvmlDevice_t device) {
+    for (unsigned int i = 0; i < g_device_count; i++) {
+        if (device == &g_devices[i]) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/*
+ * Common prologue of the per-device queries: lock, count, injected error,
+ * initialisation, handle check. On NVML_SUCCESS the lock is still held and
+ * *dev holds the device; otherwise the lock has been released.
+ */
+static nvmlReturn_t enter_device(int f, nvmlDevice_t device, struct nvmlDevice_st **dev) {
+    lock_state();
+    int idx = handle_index_locked(device);
+    int rc = enter_locked(f, idx);
+    if (rc == NVML_SUCCESS && idx < 0) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (rc != NVML_SUCCESS) {
+        unlock_state();
+        return rc;
+    }
+    *dev = &g_devices[idx];
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetName, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    rc = put_string(name, length, d->name);
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetUUID, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    rc = put_string(uuid, length, d->uuid);
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetIndex, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (index == NULL) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        *index = d->index;
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetMemoryInfo, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (memory == NULL) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        unsigned long long used = used_now_locked(d);
+        memory->total = d->total;
+        memory->used = used;
+        memory->free = d->total > used ? d->total - used : 0;
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetMemoryInfo_v2, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (memory == NULL) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else if (memory->version != nvmlMemory_v2) {
+        rc = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    } else {
+        unsigned long long used = used_now_locked(d);
+        memory->total = d->total;
+        memory->reserved = 0;
+        memory->used = used;
+        memory->free = d->total > used ? d->total - used : 0;
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetUtilizationRates, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (utilization == NULL) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        utilization->gpu = d->util_gpu;
+        utilization->memory = d->util_memory;
+    }
+    unlock_state();
+    return rc;
+}
+
+#ifndef FAKE_NVML_NO_PROCESS_QUERIES
+/*
+ * The NVML sizing protocol: when *infoCount is smaller than the number of
+ * processes (a call with *infoCount == 0 and infos == NULL asks the count),
+ * *infoCount becomes that number and the call fails with INSUFFICIENT_SIZE.
+ */
+static nvmlReturn_t list_processes(int f, nvmlDevice_t device, unsigned int *infoCount,
+                                   nvmlProcessInfo_t *infos, int graphics) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(f, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    const fake_process *list = graphics ? d->graphics : d->compute;
+    unsigned int n = graphics ? d->graphics_count : d->compute_count;
+    if (infoCount == NULL) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else if (*infoCount < n) {
+        *infoCount = n;
+        rc = NVML_ERROR_INSUFFICIENT_SIZE;
+    } else if (n > 0 && infos == NULL) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        for (unsigned int i = 0; i < n; i++) {
+            infos[i].pid = list[i].pid;
+            infos[i].usedGpuMemory = list[i].used;
+            infos[i].gpuInstanceId = FAKE_NO_INSTANCE_ID;
+            infos[i].computeInstanceId = FAKE_NO_INSTANCE_ID;
+        }
+        *infoCount = n;
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                                 nvmlProcessInfo_t *infos) {
+    return list_processes(F_nvmlDeviceGetComputeRunningProcesses_v3, device, infoCount, infos, 0);
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                                  nvmlProcessInfo_t *infos) {
+    return list_processes(F_nvmlDeviceGetGraphicsRunningProcesses_v3, device, infoCount, infos, 1);
+}
+#endif
+
+/* ---- control functions ---- */
+/* Functions returning int give 0 on success and -1 on a bad argument. */
+
+/* Back to the defaults: 1 device, 143771 MiB total, 1024 MiB used, no
+ * processes, errors, timelines or call counts. Env vars are then ignored
+ * unless fake_nvml_load_env() is called. */
+FAKE_EXPORT void fake_nvml_reset(void) {
+    lock_control();
+    reset_locked();
+    unlock_state();
+}
+
+/* Reads the FAKE_NVML_* environment variables now, over the current state. */
+FAKE_EXPORT void fake_nvml_load_env(void) {
+    lock_control();
+    apply_env_locked();
+    unlock_state();
+}
+
+FAKE_EXPORT unsigned int fake_nvml_max_devices(void) {
+    return FAKE_MAX_DEVICES;
+}
+
+FAKE_EXPORT int fake_nvml_set_device_count(unsigned int count) {
+    if (count > FAKE_MAX_DEVICES) {
+        return -1;
+    }
+    lock_control();
+    g_device_count = count;
+    unlock_state();
+    return 0;
+}
+
+FAKE_EXPORT int fake_nvml_set_memory(unsigned int dev, unsigned long long used, unsigned long long total) {
+    if (dev >= FAKE_MAX_DEVICES) {
+        return -1;
+    }
+    lock_control();
+    g_devices[dev].used = used;
+    g_devices[dev].total = total;
+    unlock_state();
+    return 0;
+}
+
+FAKE_EXPORT int fake_nvml_set_utilization(unsigned int dev, unsigned int gpu, unsigned int memory) {
+    if (dev >= FAKE_MAX_DEVICES) {
+        return -1;
+    }
+    lock_control();
+    g_devices[dev].util_gpu = gpu;
+    g_devices[dev].util_memory = memory;
+    unlock_state();
+    return 0;
+}
+
+FAKE_EXPORT int fake_nvml_set_name(unsigned int dev, const char *name) {
+    if (dev >= FAKE_MAX_DEVICES || name == NULL || strlen(name) >= NVML_DEVICE_NAME_V2_BUFFER_SIZE) {
+        return -1;
+    }
+    lock_control();
+    copy_str(g_devices[dev].name, sizeof(g_devices[dev].name), name);
+    unlock_state();
+    return 0;
+}
+
+static int set_process_list(unsigned int dev, const unsigned int *pids, const unsigned long long *used,
+                            unsigned int count, int graphics) {
+    if (dev >= FAKE_MAX_DEVICES || count > FAKE_MAX_PROCESSES || (count > 0 && (pids == NULL || used == NULL))) {
+        return -1;
+    }
+    lock_control();
+    fake_process *list = graphics ? g_devices[dev].graphics : g_devices[dev].compute;
+    for (unsigned int i = 0; i < count; i++) {
+        list[i].pid = pids[i];
+        list[i].used = used[i];
+    }
+    if (graphics) {
+        g_devices[dev].graphics_count = count;
+    } else {
+        g_devices[dev].compute_count = count;
+    }
+    unlock_state();
+    return 0;
+}
+
+/* Compute processes of a device (count 0 clears). used[i] = ~0ull reads as
+ * "not available". */
+FAKE_EXPORT int fake_nvml_set_processes(unsigned int dev, const unsigned int *pids, const unsigned long long *used,
+                                        unsigned int count) {
+    return set_process_list(dev, pids, used, count, 0);
+}
+
+FAKE_EXPORT int fake_nvml_set_graphics_processes(unsigned int dev, const unsigned int *pids,
+                                                 const unsigned long long *used, unsigned int count) {
+    return set_process_list(dev, pids, used, count, 1);
+}
+
+/* Makes function_name return code on device dev (-1: every device, and the
+ * calls that take no device). Code 0 removes the entry. An error set for
+ * nvmlInit_v2 also fails nvmlInitWithFlags, one set for
+ * nvmlDeviceGetMemoryInfo also fails nvmlDeviceGetMemoryInfo_v2.
+ * -1 for an unknown name or a full error table. */
+FAKE_EXPORT int fake_nvml_set_error(const char *function_name, int dev, int nvml_return_code) {
+    lock_control();
+    int rc = set_error_locked(function_name, dev, nvml_return_code);
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT void fake_nvml_clear_errors(void) {
+    lock_control();
+    g_error_count = 0;
+    unlock_state();
+}
+
+/* 1 if function_name is a function this library counts and can fail. */
+FAKE_EXPORT int fake_nvml_knows_function(const char *function_name) {
+    return fn_index(function_name) >= 0;
+}
+
+/* Calls of function_name so far, failed ones included (0 for unknown names). */
+FAKE_EXPORT unsigned long long fake_nvml_call_count(const char *function_name) {
+    int f = fn_index(function_name);
+    if (f < 0) {
+        return 0;
+    }
+    lock_state();
+    unsigned long long n = g_calls[f];
+    unlock_state();
+    return n;
+}
+
+FAKE_EXPORT void fake_nvml_reset_call_counts(void) {
+    lock_state();
+    memset(g_calls, 0, sizeof(g_calls));
+    unlock_state();
+}
+
+/* Used memory of dev follows the entry with the largest at_ns <= the time
+ * since the timeline clock started; before the first entry, and with
+ * count 0 (which clears), the value of fake_nvml_set_memory applies. */
+FAKE_EXPORT int fake_nvml_set_timeline(unsigned int dev, const unsigned long long *at_ns,
+                                       const unsigned long long *used, unsigned int count) {
+    if (dev >= FAKE_MAX_DEVICES || (count > 0 && (at_ns == NULL || used == NULL))) {
+        return -1;
+    }
+    fake_point *points = NULL;
+    if (count > 0) {
+        points = malloc(sizeof(fake_point) * count);
+        if (points == NULL) {
+            return -1;
+        }
+        for (unsigned int i = 0; i < count; i++) {
+            points[i].at_ns = at_ns[i];
+            points[i].used = used[i];
+        }
+    }
+    lock_control();
+    int rc = set_points_locked(dev, points, count);
+    unlock_state();
+    free(points);
+    return rc;
+}
+
+/* (Re)starts the clock shared by the timelines of all devices. */
+FAKE_EXPORT void fake_nvml_start_timeline(void) {
+    lock_control();
+    g_timeline_start_ns = now_ns();
+    unlock_state();
+}
+
+/* Used memory of dev = its set used memory + this process's resident set. */
+FAKE_EXPORT int fake_nvml_set_follow_rss(unsigned int dev, int enabled) {
+    if (dev >= FAKE_MAX_DEVICES) {
+        return -1;
+    }
+    lock_control();
+    g_devices[dev].follow_rss = enabled != 0;
+    unlock_state();
+    return 0;
+}
+
+/* How many nvmlInit calls have not been matched by nvmlShutdown. */
+FAKE_EXPORT unsigned int fake_nvml_init_count(void) {
+    lock_state();
+    unsigned int n = g_init_count;
+    unlock_state();
+    return n;
+}
+
+/* The used memory a read of dev would report now, without counting a call. */
+FAKE_EXPORT unsigned long long fake_nvml_current_used(unsigned int dev) {
+    if (dev >= FAKE_MAX_DEVICES) {
+        return 0;
+    }
+    lock_state();
+    unsigned long long used = used_now_locked(&g_devices[dev]);
+    unlock_state();
+    return used;
+}

@@ -1,0 +1,419 @@
+//! A fake `libnvidia-ml.so.1` for tests, read through the real `nvml-wrapper`.
+//!
+//! [`FakeNvml::build`] compiles `tests/fake_nvml/fake_nvml.c` with the system
+//! `cc` (once per variant per test process) and copies the result into a
+//! fresh temporary directory as `libnvidia-ml.so.1`. Each instance is a
+//! separate file, so each is a separate `dlopen` with its own state: parallel
+//! tests never share a fake GPU.
+//!
+//! The control functions are called through `libloading` on the same path
+//! that NVML users load ([`FakeNvml::path`]); `dlopen` of one path returns
+//! one handle, so they act on exactly the instance `nvml-wrapper` reads.
+//!
+//! The path is only valid while its `FakeNvml` is alive: dropping it deletes
+//! the temporary directory. Initialise NVML (or start a subprocess that does)
+//! before the `FakeNvml` is dropped; an `Nvml` that already loaded the
+//! library keeps working after that.
+//!
+//! Creating a `FakeNvml` resets the library to its defaults and makes it
+//! ignore the `FAKE_NVML_*` environment variables, so in-process tests do not
+//! depend on the environment; call [`FakeNvml::load_env`] to read them. A
+//! subprocess that loads [`FakeNvml::path`] itself reads them at `nvmlInit`.
+//!
+//! Defaults: 1 device named `NVIDIA H200 (fake)`, UUID
+//! `GPU-00000000-0000-0000-0000-00000000000N` (N = index, 12 decimal
+//! digits), 143771 MiB total, 1024 MiB used, utilisation 0/0, no processes,
+//! driver version `570.86.15`.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CString, OsStr};
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// Define for [`FakeNvml::build_variant`]: leaves out the symbols
+/// `nvmlDeviceGetComputeRunningProcesses_v3` and
+/// `nvmlDeviceGetGraphicsRunningProcesses_v3`, as a driver without them.
+pub const NO_PROCESS_QUERIES: &str = "FAKE_NVML_NO_PROCESS_QUERIES";
+
+/// One MiB in bytes.
+pub const MIB: u64 = 1024 * 1024;
+
+/// Total memory of a fake device by default (an H200's 143771 MiB).
+pub const DEFAULT_TOTAL: u64 = 143_771 * MIB;
+
+/// Used memory of a fake device by default.
+pub const DEFAULT_USED: u64 = 1024 * MIB;
+
+/// Driver version the fake reports.
+pub const DRIVER_VERSION: &str = "570.86.15";
+
+/// NVML return codes (`nvmlReturn_t`), for [`FakeNvml::set_error`].
+pub mod code {
+    pub const SUCCESS: i32 = 0;
+    pub const UNINITIALIZED: i32 = 1;
+    pub const INVALID_ARGUMENT: i32 = 2;
+    pub const NOT_SUPPORTED: i32 = 3;
+    pub const NO_PERMISSION: i32 = 4;
+    pub const NOT_FOUND: i32 = 6;
+    pub const INSUFFICIENT_SIZE: i32 = 7;
+    pub const DRIVER_NOT_LOADED: i32 = 9;
+    pub const TIMEOUT: i32 = 10;
+    pub const LIBRARY_NOT_FOUND: i32 = 12;
+    pub const FUNCTION_NOT_FOUND: i32 = 13;
+    pub const GPU_IS_LOST: i32 = 15;
+    pub const RESET_REQUIRED: i32 = 16;
+    pub const NO_DATA: i32 = 21;
+    pub const UNKNOWN: i32 = 999;
+}
+
+/// The name every fake device reports unless `set_name` changes it.
+pub const DEVICE_NAME: &str = "NVIDIA H200 (fake)";
+
+/// The UUID the fake reports for the device at `index`.
+pub fn uuid_of(index: u32) -> String {
+    format!("GPU-00000000-0000-0000-0000-{index:012}")
+}
+
+/// A private copy of the fake NVML library, with its own state.
+///
+/// Dropping it unloads the control handle and deletes the copy; see the
+/// module documentation for what that means for [`FakeNvml::path`].
+#[derive(Debug)]
+pub struct FakeNvml {
+    // Declared before `_dir` so the library is closed before its file goes.
+    lib: libloading::Library,
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl FakeNvml {
+    /// A fresh fake with default state.
+    pub fn build() -> FakeNvml {
+        FakeNvml::build_variant(&[])
+    }
+
+    /// A fresh fake compiled with the given C defines (`NAME` or
+    /// `NAME=VALUE`), e.g. `&[NO_PROCESS_QUERIES]`.
+    pub fn build_variant(defines: &[&str]) -> FakeNvml {
+        let compiled = compiled_library(defines);
+        let dir = tempfile::Builder::new()
+            .prefix("fake-nvml-")
+            .tempdir()
+            .expect("creating a temporary directory for the fake NVML library");
+        let path = dir.path().join("libnvidia-ml.so.1");
+        fs::copy(&compiled, &path).unwrap_or_else(|e| {
+            panic!("copying {} to {}: {e}", compiled.display(), path.display())
+        });
+        // SAFETY: the library is our own C file; loading it runs no
+        // initialisers beyond libc's.
+        let lib = unsafe { libloading::Library::new(&path) }
+            .unwrap_or_else(|e| panic!("loading the fake NVML library {}: {e}", path.display()));
+        let fake = FakeNvml {
+            lib,
+            path,
+            _dir: dir,
+        };
+        fake.reset();
+        fake
+    }
+
+    /// The per-instance `libnvidia-ml.so.1`, for `Nvml::builder().lib_path`
+    /// or `GPUSPAN_NVML_LIB`. Valid while `self` lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// [`FakeNvml::path`] as an `OsStr`, the type `NvmlBuilder::lib_path` takes.
+    pub fn lib_path(&self) -> &OsStr {
+        self.path.as_os_str()
+    }
+
+    /// The largest device count the fake supports.
+    pub fn max_devices(&self) -> u32 {
+        unsafe { self.sym::<unsafe extern "C" fn() -> c_uint>("fake_nvml_max_devices")() }
+    }
+
+    /// Back to the defaults: 1 device, no processes, errors, timelines or
+    /// call counts.
+    pub fn reset(&self) {
+        unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_reset")() }
+    }
+
+    /// Reads the `FAKE_NVML_*` environment variables now, over the current
+    /// state (the timeline clock restarts).
+    pub fn load_env(&self) {
+        unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_load_env")() }
+    }
+
+    /// How many devices `nvmlDeviceGetCount_v2` reports (0 to
+    /// [`FakeNvml::max_devices`]).
+    pub fn set_device_count(&self, count: u32) {
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint) -> c_int>("fake_nvml_set_device_count")(count)
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device count {count}");
+    }
+
+    /// Used and total memory of `dev`, in bytes; free is `total - used`.
+    pub fn set_memory(&self, dev: u32, used: u64, total: u64) {
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_ulonglong, c_ulonglong) -> c_int>(
+                "fake_nvml_set_memory",
+            )(dev, used, total)
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev}");
+    }
+
+    /// Utilisation rates of `dev`, in percent.
+    pub fn set_utilization(&self, dev: u32, gpu: u32, memory: u32) {
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_uint, c_uint) -> c_int>(
+                "fake_nvml_set_utilization",
+            )(dev, gpu, memory)
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev}");
+    }
+
+    /// The name of `dev` (under 96 bytes).
+    pub fn set_name(&self, dev: u32, name: &str) {
+        let name = CString::new(name).expect("device name without NUL");
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, *const c_char) -> c_int>("fake_nvml_set_name")(
+                dev,
+                name.as_ptr(),
+            )
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev} or name too long");
+    }
+
+    /// Compute processes of `dev` as `(pid, used bytes)`; `u64::MAX` as
+    /// used memory reads as "not available". An empty slice clears them.
+    pub fn set_processes(&self, dev: u32, processes: &[(u32, u64)]) {
+        self.set_process_list("fake_nvml_set_processes", dev, processes);
+    }
+
+    /// Graphics processes of `dev`, like [`FakeNvml::set_processes`].
+    pub fn set_graphics_processes(&self, dev: u32, processes: &[(u32, u64)]) {
+        self.set_process_list("fake_nvml_set_graphics_processes", dev, processes);
+    }
+
+    fn set_process_list(&self, function: &str, dev: u32, processes: &[(u32, u64)]) {
+        let pids: Vec<c_uint> = processes.iter().map(|p| p.0).collect();
+        let used: Vec<c_ulonglong> = processes.iter().map(|p| p.1).collect();
+        let count = c_uint::try_from(processes.len()).expect("process count fits in u32");
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, *const c_uint, *const c_ulonglong, c_uint) -> c_int>(
+                function,
+            )(dev, pids.as_ptr(), used.as_ptr(), count)
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev} or over 256 processes");
+    }
+
+    /// Makes the NVML function `function` return `code` on device `dev`
+    /// (`None`: every device, and the calls that take no device, such as
+    /// `nvmlInit_v2`). [`code::SUCCESS`] removes the entry. Works before
+    /// NVML is initialised. An error for `nvmlInit_v2` also fails
+    /// `nvmlInitWithFlags`, one for `nvmlDeviceGetMemoryInfo` also fails
+    /// `nvmlDeviceGetMemoryInfo_v2` (what `Device::memory_info` calls).
+    pub fn set_error(&self, function: &str, dev: Option<u32>, code: i32) {
+        self.assert_known(function);
+        let name = CString::new(function).expect("function name without NUL");
+        let dev = match dev {
+            Some(d) => c_int::try_from(d).expect("device index fits in i32"),
+            None => -1,
+        };
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(*const c_char, c_int, c_int) -> c_int>(
+                "fake_nvml_set_error",
+            )(name.as_ptr(), dev, code)
+        };
+        assert_eq!(rc, 0, "fake NVML: could not set an error for {function}");
+    }
+
+    /// Removes every injected error.
+    pub fn clear_errors(&self) {
+        unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_clear_errors")() }
+    }
+
+    /// How many times the NVML function `function` has been called, failed
+    /// calls included. Panics on a name the fake does not implement.
+    pub fn call_count(&self, function: &str) -> u64 {
+        self.assert_known(function);
+        let name = CString::new(function).expect("function name without NUL");
+        unsafe {
+            self.sym::<unsafe extern "C" fn(*const c_char) -> c_ulonglong>("fake_nvml_call_count")(
+                name.as_ptr(),
+            )
+        }
+    }
+
+    /// Sets every call count back to 0.
+    pub fn reset_call_counts(&self) {
+        unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_reset_call_counts")() }
+    }
+
+    /// Scripted used memory of `dev`: a read returns the `used` of the point
+    /// with the latest offset at or before the time since the timeline clock
+    /// started ([`FakeNvml::start_timeline`], or the creation of `self`).
+    /// Before the first point, the value of [`FakeNvml::set_memory`]
+    /// applies. An empty slice clears the timeline.
+    pub fn set_timeline(&self, dev: u32, points: &[(Duration, u64)]) {
+        let at: Vec<c_ulonglong> = points
+            .iter()
+            .map(|p| u64::try_from(p.0.as_nanos()).unwrap_or(u64::MAX))
+            .collect();
+        let used: Vec<c_ulonglong> = points.iter().map(|p| p.1).collect();
+        let count = c_uint::try_from(points.len()).expect("timeline length fits in u32");
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(
+                c_uint,
+                *const c_ulonglong,
+                *const c_ulonglong,
+                c_uint,
+            ) -> c_int>("fake_nvml_set_timeline")(dev, at.as_ptr(), used.as_ptr(), count)
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev}");
+    }
+
+    /// (Re)starts the clock shared by the timelines of all devices.
+    pub fn start_timeline(&self) {
+        unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_start_timeline")() }
+    }
+
+    /// When enabled, used memory of `dev` is its set used memory plus the
+    /// resident set size of the process that reads it.
+    pub fn set_follow_rss(&self, dev: u32, enabled: bool) {
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_int) -> c_int>("fake_nvml_set_follow_rss")(
+                dev,
+                c_int::from(enabled),
+            )
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev}");
+    }
+
+    /// `nvmlInit` calls not yet matched by `nvmlShutdown` (0 once every
+    /// `Nvml` on this library has been dropped or shut down).
+    pub fn init_count(&self) -> u32 {
+        unsafe { self.sym::<unsafe extern "C" fn() -> c_uint>("fake_nvml_init_count")() }
+    }
+
+    /// The used memory a read of `dev` would report now (timeline and RSS
+    /// included), without counting as a call.
+    pub fn current_used(&self, dev: u32) -> u64 {
+        unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint) -> c_ulonglong>("fake_nvml_current_used")(dev)
+        }
+    }
+
+    fn assert_known(&self, function: &str) {
+        let name = CString::new(function).expect("function name without NUL");
+        let known = unsafe {
+            self.sym::<unsafe extern "C" fn(*const c_char) -> c_int>("fake_nvml_knows_function")(
+                name.as_ptr(),
+            )
+        };
+        assert!(
+            known != 0,
+            "the fake NVML library does not implement a function named {function:?}"
+        );
+    }
+
+    /// A control function of this instance.
+    ///
+    /// # Safety
+    /// `T` must be the C signature of `name` in `fake_nvml.c`.
+    unsafe fn sym<T>(&self, name: &str) -> libloading::Symbol<'_, T> {
+        unsafe { self.lib.get::<T>(name.as_bytes()) }.unwrap_or_else(|e| {
+            panic!(
+                "the fake NVML library {} lacks {name}: {e}",
+                self.path.display()
+            )
+        })
+    }
+}
+
+/// The compiled fake for `defines`, built once per variant per process.
+fn compiled_library(defines: &[&str]) -> PathBuf {
+    static CACHE: OnceLock<Mutex<HashMap<Vec<String>, PathBuf>>> = OnceLock::new();
+    let key: Vec<String> = defines.iter().map(|d| d.to_string()).collect();
+    let mut cache = CACHE
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(path) = cache.get(&key) {
+        return path.clone();
+    }
+    let path = compile(defines);
+    cache.insert(key, path.clone());
+    path
+}
+
+fn compile(defines: &[&str]) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_nvml/fake_nvml.c");
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-nvml");
+    fs::create_dir_all(&out_dir).unwrap_or_else(|e| panic!("creating {}: {e}", out_dir.display()));
+
+    let variant = if defines.is_empty() {
+        "default".to_string()
+    } else {
+        defines
+            .iter()
+            .map(|d| {
+                d.chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                    .collect::<String>()
+            })
+            .collect::<Vec<_>>()
+            .join("+")
+    };
+    let target = out_dir.join(format!("libfake_nvml-{variant}.so"));
+    // Build under a name of our own, then rename: another test process may
+    // be building or copying the same variant at the same time.
+    let partial = out_dir.join(format!(
+        "libfake_nvml-{variant}.{}.partial",
+        std::process::id()
+    ));
+
+    let mut cmd = Command::new("cc");
+    cmd.args([
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-pthread",
+        "-fvisibility=hidden",
+        "-Wall",
+        "-Wextra",
+        "-Wl,-soname,libnvidia-ml.so.1",
+    ]);
+    for define in defines {
+        cmd.arg(format!("-D{define}"));
+    }
+    cmd.arg("-o").arg(&partial).arg(&source);
+
+    let output = match cmd.output() {
+        Ok(output) => output,
+        Err(e) if e.kind() == ErrorKind::NotFound => panic!(
+            "the fake NVML library is built with a C compiler, but `cc` was not found on \
+             PATH; install one (gcc or clang) to run these tests"
+        ),
+        Err(e) => panic!("running `cc` to build the fake NVML library: {e}"),
+    };
+    if !output.status.success() {
+        let _ = fs::remove_file(&partial);
+        panic!(
+            "`cc` failed ({}) building {} with {defines:?}:\n{}{}",
+            output.status,
+            source.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    fs::rename(&partial, &target)
+        .unwrap_or_else(|e| panic!("moving {} to {}: {e}", partial.display(), target.display()));
+    target
+}

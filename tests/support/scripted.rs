@@ -1,0 +1,128 @@
+//! A scripted GPU memory source behind gpuspan's real `MemorySource` trait: the test sets
+//! what each device reports, or plays a timeline, and waits for the sampler to read it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gpuspan::{Device, DeviceReading, MemorySource};
+
+#[derive(Default)]
+struct State {
+    used: Vec<u64>,
+    total: u64,
+    process: Option<u64>,
+    errors: Vec<Option<String>>,
+    /// `(started, [(offset, value of device 0)])`: device 0 follows the timeline.
+    timeline: Option<(Instant, Vec<(Duration, u64)>)>,
+}
+
+/// The sampler's side.
+pub struct ScriptedSource {
+    devices: Vec<Device>,
+    state: Arc<Mutex<State>>,
+    reads: Arc<AtomicU64>,
+}
+
+/// The test's side.
+#[derive(Clone)]
+pub struct Script {
+    state: Arc<Mutex<State>>,
+    reads: Arc<AtomicU64>,
+}
+
+/// A source with `devices` devices, all reporting `used` bytes, and its controller.
+pub fn scripted(devices: u32, used: u64) -> (ScriptedSource, Script) {
+    let state = Arc::new(Mutex::new(State {
+        used: vec![used; devices as usize],
+        total: 80 << 30,
+        errors: vec![None; devices as usize],
+        ..State::default()
+    }));
+    let reads = Arc::new(AtomicU64::new(0));
+    let devices = (0..devices)
+        .map(|index| Device {
+            index,
+            uuid: format!("GPU-scripted-{index}"),
+            name: "Scripted GPU".into(),
+            vendor: "NVIDIA".into(),
+        })
+        .collect();
+    (
+        ScriptedSource {
+            devices,
+            state: Arc::clone(&state),
+            reads: Arc::clone(&reads),
+        },
+        Script { state, reads },
+    )
+}
+
+impl MemorySource for ScriptedSource {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    fn read(&mut self, out: &mut [DeviceReading]) {
+        let state = self.state.lock().unwrap();
+        for (i, reading) in out.iter_mut().enumerate() {
+            if let Some(error) = &state.errors[i] {
+                reading.error = Some(error.clone());
+                continue;
+            }
+            let mut used = state.used[i];
+            if let (0, Some((started, timeline))) = (i, &state.timeline) {
+                let now = started.elapsed();
+                if let Some((_, value)) = timeline.iter().rev().find(|(at, _)| *at <= now) {
+                    used = *value;
+                }
+            }
+            reading.used = Some(used);
+            reading.total = Some(state.total);
+            reading.utilization = Some(0.5);
+            reading.process_used = state.process;
+        }
+        self.reads.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Script {
+    /// Sets what device `device` reports from the next read on.
+    pub fn set(&self, device: usize, used: u64) {
+        self.state.lock().unwrap().used[device] = used;
+    }
+
+    /// Sets this process's memory, reported on every device.
+    pub fn set_process(&self, used: Option<u64>) {
+        self.state.lock().unwrap().process = used;
+    }
+
+    /// Makes `device` fail its reads with `error` (or read again with `None`).
+    pub fn fail(&self, device: usize, error: Option<&str>) {
+        self.state.lock().unwrap().errors[device] = error.map(str::to_owned);
+    }
+
+    /// Device 0 follows `timeline` (offsets from now) from the next read on.
+    pub fn play(&self, timeline: &[(Duration, u64)]) {
+        self.state.lock().unwrap().timeline = Some((Instant::now(), timeline.to_vec()));
+    }
+
+    /// Reads taken so far.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the sampler has read the source `n` more times.
+    pub fn wait_reads(&self, n: u64) {
+        let target = self.reads() + n;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.reads() < target {
+            assert!(Instant::now() < deadline, "the sampler stopped reading");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
