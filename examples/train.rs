@@ -51,7 +51,9 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     if args.batch_size == 0 || args.hidden == 0 {
-        return Err(format!("--batch-size and --hidden must be at least 1\n{USAGE}"));
+        return Err(format!(
+            "--batch-size and --hidden must be at least 1\n{USAGE}"
+        ));
     }
     Ok(args)
 }
@@ -85,7 +87,9 @@ impl Mlp {
         Self {
             w1: (0..INPUTS * hidden).map(|_| rng.next() * scale).collect(),
             b1: vec![0.0; hidden],
-            w2: (0..hidden).map(|_| rng.next() / (hidden as f32).sqrt()).collect(),
+            w2: (0..hidden)
+                .map(|_| rng.next() / (hidden as f32).sqrt())
+                .collect(),
             b2: 0.0,
             hidden,
         }
@@ -114,10 +118,19 @@ impl Mlp {
                 a.iter().zip(&self.w2).map(|(a, w)| a * w).sum::<f32>() + self.b2
             })
             .collect();
-        let loss = pred.iter().zip(y).map(|(p, t)| (p - t).powi(2)).sum::<f32>() / n as f32;
+        let loss = pred
+            .iter()
+            .zip(y)
+            .map(|(p, t)| (p - t).powi(2))
+            .sum::<f32>()
+            / n as f32;
 
         // Backward.
-        let dpred: Vec<f32> = pred.iter().zip(y).map(|(p, t)| 2.0 * (p - t) / n as f32).collect();
+        let dpred: Vec<f32> = pred
+            .iter()
+            .zip(y)
+            .map(|(p, t)| 2.0 * (p - t) / n as f32)
+            .collect();
         let mut dw2 = vec![0.0f32; h];
         let mut dpre = vec![0.0f32; n * h];
         for i in 0..n {
@@ -171,7 +184,9 @@ fn batch(rng: &mut Rng, true_w: &[f32], n: usize) -> (Vec<f32>, Vec<f32>) {
 }
 
 fn mib(bytes: Option<u64>) -> String {
-    bytes.map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64))
+    bytes.map_or("-".into(), |b| {
+        format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+    })
 }
 
 fn main() -> ExitCode {

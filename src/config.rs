@@ -177,7 +177,7 @@ pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
         })
         .unwrap_or_else(default_service_name);
     let sample_interval = match code.sample_interval {
-        Some(interval) => check_interval("sample_interval", interval)?,
+        Some(interval) => check_interval("sample_interval", &format!("{interval:?}"), interval)?,
         None => match env("GPUSPAN_SAMPLE_INTERVAL") {
             Some(value) => {
                 let interval = parse_duration(&value).ok_or_else(|| {
@@ -187,7 +187,7 @@ pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
                         "a duration such as 5ms, 500us or 1s",
                     )
                 })?;
-                check_interval("GPUSPAN_SAMPLE_INTERVAL", interval)?
+                check_interval("GPUSPAN_SAMPLE_INTERVAL", &value, interval)?
             }
             None => DEFAULT_SAMPLE_INTERVAL,
         },
@@ -266,11 +266,11 @@ fn generated_run_id() -> String {
     format!("{date}-{time}-{}", std::process::id())
 }
 
-fn check_interval(name: &str, interval: Duration) -> Result<Duration, InitError> {
+fn check_interval(name: &str, given: &str, interval: Duration) -> Result<Duration, InitError> {
     if interval < MIN_SAMPLE_INTERVAL {
         return Err(invalid(
             name,
-            &format!("{interval:?}"),
+            given,
             "an interval of at least 100us (the default is 5ms)",
         ));
     }
@@ -367,7 +367,10 @@ fn device_scope(code: &CodeSettings) -> Result<DeviceScope, InitError> {
     if let Some(list) = &code.devices {
         return DeviceScope::parse(list).map_err(|why| invalid("devices", list, why));
     }
-    if let Some(list) = std::env::var("GPUSPAN_DEVICES").ok().filter(|v| !v.is_empty()) {
+    if let Some(list) = std::env::var("GPUSPAN_DEVICES")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
         return DeviceScope::parse(&list).map_err(|why| invalid("GPUSPAN_DEVICES", &list, why));
     }
     // Unlike the others, an empty CUDA_VISIBLE_DEVICES means "no device".
@@ -398,7 +401,9 @@ pub(crate) fn parse_key_values(text: &str) -> Result<Vec<(String, String)>, Stri
     let mut pairs = Vec::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some((key, value)) = item.split_once('=') else {
-            return Err(format!("'{item}' is not key=value; expected key1=value1,key2=value2"));
+            return Err(format!(
+                "'{item}' is not key=value; expected key1=value1,key2=value2"
+            ));
         };
         let key = key.trim();
         if key.is_empty() {
@@ -451,11 +456,10 @@ fn destination(code: &CodeSettings, signal: Signal) -> Result<Destination, InitE
     };
     let signal_endpoint_var = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.upper());
     let signal_endpoint = env(&signal_endpoint_var);
-    let base_endpoint = code
-        .endpoint
-        .clone()
-        .map(|e| (e, "endpoint"))
-        .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| (e, "OTEL_EXPORTER_OTLP_ENDPOINT")));
+    let base_endpoint =
+        code.endpoint.clone().map(|e| (e, "endpoint")).or_else(|| {
+            env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| (e, "OTEL_EXPORTER_OTLP_ENDPOINT"))
+        });
     let has_endpoint = signal_endpoint.is_some() || base_endpoint.is_some();
     let exporter = choice.unwrap_or(if has_endpoint {
         Exporter::Otlp
@@ -520,11 +524,10 @@ fn destination(code: &CodeSettings, signal: Signal) -> Result<Destination, InitE
     let headers_var = format!("OTEL_EXPORTER_OTLP_{}_HEADERS", signal.upper());
     let mut headers = match env(&headers_var)
         .map(|v| (v, headers_var.clone()))
-        .or_else(|| env("OTEL_EXPORTER_OTLP_HEADERS").map(|v| (v, "OTEL_EXPORTER_OTLP_HEADERS".into())))
-    {
-        Some((value, var)) => {
-            parse_key_values(&value).map_err(|why| invalid(&var, &value, why))?
-        }
+        .or_else(|| {
+            env("OTEL_EXPORTER_OTLP_HEADERS").map(|v| (v, "OTEL_EXPORTER_OTLP_HEADERS".into()))
+        }) {
+        Some((value, var)) => parse_key_values(&value).map_err(|why| invalid(&var, &value, why))?,
         None => Vec::new(),
     };
     for (key, value) in &code.headers {
@@ -537,8 +540,9 @@ fn destination(code: &CodeSettings, signal: Signal) -> Result<Destination, InitE
             let signal_var = format!("OTEL_EXPORTER_OTLP_{}_TIMEOUT", signal.upper());
             match env_millis(&signal_var)? {
                 Some(timeout) => timeout,
-                None => env_millis("OTEL_EXPORTER_OTLP_TIMEOUT")?
-                    .unwrap_or(Duration::from_secs(10)),
+                None => {
+                    env_millis("OTEL_EXPORTER_OTLP_TIMEOUT")?.unwrap_or(Duration::from_secs(10))
+                }
             }
         }
     };
@@ -551,8 +555,8 @@ fn destination(code: &CodeSettings, signal: Signal) -> Result<Destination, InitE
 }
 
 fn check_url(var: &str, url: &str) -> Result<(), InitError> {
-    let ok = (url.starts_with("http://") || url.starts_with("https://"))
-        && url.len() > "https://".len();
+    let ok =
+        (url.starts_with("http://") || url.starts_with("https://")) && url.len() > "https://".len();
     if ok {
         Ok(())
     } else {
@@ -561,5 +565,296 @@ fn check_url(var: &str, url: &str) -> Result<(), InitError> {
             url,
             "a URL such as http://localhost:4317 (gRPC) or http://localhost:4318 (HTTP)",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variable this module reads, cleared so the machine's environment cannot leak in.
+    const VARS: &[&str] = &[
+        "OTEL_SDK_DISABLED",
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_METRIC_EXPORT_INTERVAL",
+        "GPUSPAN_SAMPLE_INTERVAL",
+        "GPUSPAN_NVML_LIB",
+        "GPUSPAN_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "GPUSPAN_RUN_DIR",
+        "GPUSPAN_RUN_ID",
+        "TORCHELASTIC_RUN_ID",
+        "SLURM_JOB_ID",
+        "GPUSPAN_PROMETHEUS_ADDR",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_NTASKS",
+    ];
+
+    fn with_env<R>(vars: &[(&str, &str)], f: impl FnOnce() -> R) -> R {
+        let mut all: Vec<(&str, Option<&str>)> = VARS.iter().map(|v| (*v, None)).collect();
+        for (key, value) in vars {
+            all.retain(|(k, _)| k != key);
+            all.push((key, Some(value)));
+        }
+        temp_env::with_vars(all, f)
+    }
+
+    fn otlp(destination: &Destination) -> &OtlpTarget {
+        match destination {
+            Destination::Otlp(target) => target,
+            other => panic!("expected OTLP, got {other:?}"),
+        }
+    }
+
+    fn error_text(vars: &[(&str, &str)]) -> String {
+        with_env(vars, || resolve(&CodeSettings::default()))
+            .expect_err("the value is rejected")
+            .to_string()
+    }
+
+    #[test]
+    fn defaults_write_a_run_directory() {
+        let settings = with_env(&[], || resolve(&CodeSettings::default())).unwrap();
+        assert!(!settings.disabled);
+        assert_eq!(settings.traces, Destination::RunDir);
+        assert_eq!(settings.metrics, Destination::RunDir);
+        assert_eq!(settings.sample_interval, DEFAULT_SAMPLE_INTERVAL);
+        assert_eq!(settings.run_root, PathBuf::from("gpuspan-runs"));
+        assert_eq!(settings.metric_interval, Duration::from_secs(60));
+        assert_eq!(settings.devices, DeviceScope::all());
+        assert!(settings.service_name.starts_with("unknown_service:"));
+    }
+
+    #[test]
+    fn env_beats_defaults_and_code_beats_env() {
+        let env = [
+            ("OTEL_SERVICE_NAME", "from-env"),
+            ("GPUSPAN_SAMPLE_INTERVAL", "2ms"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-team=ml,authorization=Bearer%20abc",
+            ),
+            ("GPUSPAN_RUN_ID", "env-run"),
+        ];
+        let from_env = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(from_env.service_name, "from-env");
+        assert_eq!(from_env.sample_interval, Duration::from_millis(2));
+        assert_eq!(from_env.run_id, "env-run");
+        let traces = otlp(&from_env.traces);
+        assert_eq!(traces.endpoint, "http://env:4318/v1/traces");
+        assert_eq!(traces.protocol, Protocol::HttpProtobuf);
+        assert_eq!(traces.timeout, Duration::from_millis(2500));
+        assert_eq!(
+            traces.headers,
+            vec![
+                ("x-team".to_owned(), "ml".to_owned()),
+                ("authorization".to_owned(), "Bearer abc".to_owned())
+            ]
+        );
+        assert_eq!(
+            otlp(&from_env.metrics).endpoint,
+            "http://env:4318/v1/metrics"
+        );
+
+        let code = CodeSettings {
+            service_name: Some("from-code".into()),
+            sample_interval: Some(Duration::from_millis(1)),
+            endpoint: Some("http://code:4317".into()),
+            protocol: Some(Protocol::Grpc),
+            timeout: Some(Duration::from_secs(1)),
+            headers: vec![("x-team".into(), "infra".into())],
+            run_id: Some("code-run".into()),
+            ..CodeSettings::default()
+        };
+        let from_code = with_env(&env, || resolve(&code)).unwrap();
+        assert_eq!(from_code.service_name, "from-code");
+        assert_eq!(from_code.sample_interval, Duration::from_millis(1));
+        assert_eq!(from_code.run_id, "code-run");
+        let traces = otlp(&from_code.traces);
+        assert_eq!(
+            traces.endpoint, "http://code:4317",
+            "gRPC takes the endpoint as is"
+        );
+        assert_eq!(traces.protocol, Protocol::Grpc);
+        assert_eq!(traces.timeout, Duration::from_secs(1));
+        assert!(traces.headers.contains(&("x-team".into(), "infra".into())));
+        assert!(!traces.headers.contains(&("x-team".into(), "ml".into())));
+    }
+
+    #[test]
+    fn per_signal_settings_beat_the_general_ones() {
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://all:4318/"),
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "http://metrics:9090/custom",
+            ),
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "700"),
+        ];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        let traces = otlp(&settings.traces);
+        assert_eq!(traces.protocol, Protocol::Grpc);
+        assert_eq!(traces.endpoint, "http://all:4318/");
+        assert_eq!(traces.timeout, Duration::from_millis(700));
+        let metrics = otlp(&settings.metrics);
+        assert_eq!(metrics.endpoint, "http://metrics:9090/custom", "used as is");
+        assert_eq!(metrics.timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn exporters_can_be_chosen_per_signal() {
+        let env = [
+            ("OTEL_TRACES_EXPORTER", "console"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+        ];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(settings.traces, Destination::Console);
+        assert_eq!(settings.metrics, Destination::None);
+        let env = [("OTEL_TRACES_EXPORTER", "otlp")];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(
+            otlp(&settings.traces).endpoint,
+            "http://localhost:4318/v1/traces"
+        );
+        assert_eq!(settings.metrics, Destination::RunDir);
+    }
+
+    #[test]
+    fn launcher_variables_give_rank_and_a_per_rank_directory() {
+        let env = [
+            ("RANK", "3"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "8"),
+            ("TORCHELASTIC_RUN_ID", "job42"),
+        ];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(
+            settings.rank,
+            Rank {
+                rank: Some(3),
+                local_rank: Some(1),
+                world_size: Some(8)
+            }
+        );
+        assert_eq!(
+            settings.run_dir(),
+            PathBuf::from("gpuspan-runs/job42/rank-3")
+        );
+        let slurm = [
+            ("SLURM_PROCID", "5"),
+            ("SLURM_NTASKS", "16"),
+            ("SLURM_JOB_ID", "777"),
+        ];
+        let settings = with_env(&slurm, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(settings.rank.rank, Some(5));
+        assert_eq!(settings.run_id, "slurm-777");
+    }
+
+    #[test]
+    fn device_scope_prefers_gpuspan_devices_over_cuda_visible_devices() {
+        let env = [("GPUSPAN_DEVICES", "1"), ("CUDA_VISIBLE_DEVICES", "0")];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(settings.devices, DeviceScope::parse("1").unwrap());
+        let env = [("CUDA_VISIBLE_DEVICES", "")];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(
+            settings.devices,
+            DeviceScope::parse("").unwrap(),
+            "empty means none"
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_the_variable_and_the_value() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("GPUSPAN_SAMPLE_INTERVAL", "fast", "5ms"),
+            ("GPUSPAN_SAMPLE_INTERVAL", "10us", "at least 100us"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s", "milliseconds"),
+            (
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+                "udp",
+                "grpc or http/protobuf",
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "not supported"),
+            ("OTEL_TRACES_EXPORTER", "jaeger", "otlp, console or none"),
+            ("OTEL_SDK_DISABLED", "maybe", "true or false"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "-1", "milliseconds"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "team", "key=value"),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "collector:4317",
+                "http://localhost:4317",
+            ),
+            ("GPUSPAN_DEVICES", "cuda:0", "'cuda:0'"),
+            ("GPUSPAN_PROMETHEUS_ADDR", "everywhere", "127.0.0.1:9464"),
+            ("WORLD_SIZE", "eight", "whole number"),
+            ("GPUSPAN_RUN_ID", "../escape", "without path separators"),
+        ];
+        for (var, value, hint) in cases {
+            let mut env = vec![(*var, *value)];
+            if var.starts_with("OTEL_EXPORTER_OTLP_P") || var.ends_with("TIMEOUT") {
+                env.push(("OTEL_TRACES_EXPORTER", "otlp"));
+            }
+            let text = error_text(&env);
+            assert!(text.contains(var), "{var}: {text}");
+            assert!(text.contains(value), "{var}: {text}");
+            assert!(
+                text.contains(hint),
+                "{var}: expected a hint '{hint}' in: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration("5ms"), Some(Duration::from_millis(5)));
+        assert_eq!(parse_duration("500us"), Some(Duration::from_micros(500)));
+        assert_eq!(parse_duration("0.5s"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("7"), Some(Duration::from_millis(7)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("5 parsecs"), None);
+        assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn prometheus_addresses_default_to_loopback() {
+        let settings = with_env(&[("GPUSPAN_PROMETHEUS_ADDR", "9464")], || {
+            resolve(&CodeSettings::default())
+        })
+        .unwrap();
+        assert_eq!(
+            settings.prometheus_addr,
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        let settings = with_env(&[("GPUSPAN_PROMETHEUS_ADDR", "0.0.0.0:9000")], || {
+            resolve(&CodeSettings::default())
+        })
+        .unwrap();
+        assert_eq!(
+            settings.prometheus_addr,
+            Some("0.0.0.0:9000".parse().unwrap())
+        );
     }
 }

@@ -73,7 +73,9 @@ pub enum InitError {
 #[non_exhaustive]
 pub enum ShutdownError {
     /// Some spans or metric points never reached their destination.
-    #[error("{spans} span(s) and {points} metric point(s) were not exported to {destination}: {reason}")]
+    #[error(
+        "{spans} span(s) and {points} metric point(s) were not exported to {destination}: {reason}"
+    )]
     Dropped {
         /// Spans lost (queue full or export failed).
         spans: u64,

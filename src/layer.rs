@@ -16,10 +16,10 @@ pub(crate) struct MemoryLayer(pub(crate) Arc<LayerState>);
 #[derive(Debug)]
 pub(crate) struct LayerState {
     pub(crate) shared: Arc<Shared>,
-    /// `ml.step.duration`.
-    pub(crate) step_duration: Histogram<f64>,
-    /// `ml.epoch.duration`.
-    pub(crate) epoch_duration: Histogram<f64>,
+    /// `ml.step.duration`, one per meter provider.
+    pub(crate) step_duration: Vec<Histogram<f64>>,
+    /// `ml.epoch.duration`, one per meter provider.
+    pub(crate) epoch_duration: Vec<Histogram<f64>>,
 }
 
 impl<S: tracing::Subscriber> Layer<S> for MemoryLayer {}

@@ -19,7 +19,8 @@ const DURATION_BOUNDS: [f64; 20] = [
 
 /// Registers every observable instrument on `meter`. Their callbacks live as long as the
 /// meter provider.
-pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
+/// `reader` is the metric reader's own `gpu.memory.peak` window (below `METRIC_READERS`).
+pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>, reader: usize) {
     let devices: Arc<[Vec<KeyValue>]> = shared
         .devices()
         .iter()
@@ -104,7 +105,7 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
             )
             .with_callback(move |observer| {
                 for (i, attributes) in d.iter().enumerate() {
-                    if let Some(peak) = value(s.take_peak_since_collect(i)) {
+                    if let Some(peak) = value(s.take_peak_since_collect(reader, i)) {
                         observer.observe(peak, attributes);
                     }
                 }

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 use crate::source::host::HostMemory;
 use crate::source::{Device, DeviceReading, MemorySource};
 
+/// Metric readers that keep their own `gpu.memory.peak` window: the exporter's and the
+/// Prometheus endpoint's.
+pub(crate) const METRIC_READERS: usize = 2;
+
 /// Marks a figure that was not measured. Never reported as a value.
 pub(crate) const ABSENT: u64 = u64::MAX;
 
@@ -40,8 +44,10 @@ pub(crate) struct Shared {
     totals: Box<[AtomicU64]>,
     /// `f64` bits; `ABSENT` when not measured.
     utilization: Box<[AtomicU64]>,
-    /// Per device, then the sum: the highest reading since metrics were last collected.
-    peak_since_collect: Box<[AtomicU64]>,
+    /// Per metric reader, per device: the highest reading since that reader last
+    /// collected. One window per reader, so a Prometheus scrape does not reset the peak an
+    /// OTLP export is about to report.
+    peak_windows: Box<[Box<[AtomicU64]>]>,
     /// Bit `i` set: device `i` failed its last read.
     failing: AtomicU64,
     last_errors: Mutex<Vec<Option<String>>>,
@@ -116,7 +122,7 @@ impl Shared {
             latest: atomics(figure::DEVICE0 + n),
             totals: atomics(n),
             utilization: atomics(n),
-            peak_since_collect: atomics(n + 1),
+            peak_windows: (0..METRIC_READERS).map(|_| atomics(n)).collect(),
             failing: AtomicU64::new(0),
             last_errors: Mutex::new(vec![None; n]),
             watermarks: Mutex::new(Vec::new()),
@@ -150,15 +156,11 @@ impl Shared {
         (bits != ABSENT).then(|| f64::from_bits(bits))
     }
 
-    /// The highest usage of `device` (or of the sum, for `devices().len()`) since the last
-    /// call, restarting the window at the latest reading.
-    pub(crate) fn take_peak_since_collect(&self, slot: usize) -> u64 {
-        let current = if slot == self.devices.len() {
-            self.latest(figure::GPU_USED)
-        } else {
-            self.latest(figure::DEVICE0 + slot)
-        };
-        let peak = self.peak_since_collect[slot].swap(current, Ordering::Relaxed);
+    /// The highest usage of `device` since `reader` last asked, restarting the window at
+    /// the latest reading.
+    pub(crate) fn take_peak_since_collect(&self, reader: usize, device: usize) -> u64 {
+        let current = self.latest(figure::DEVICE0 + device);
+        let peak = self.peak_windows[reader][device].swap(current, Ordering::Relaxed);
         match (peak, current) {
             (ABSENT, c) => c,
             (p, ABSENT) => p,
@@ -200,10 +202,7 @@ impl Shared {
     /// Stores allocator counters pushed by framework code and raises every open watermark,
     /// so a value pushed between two ticks is still in the peak.
     pub(crate) fn record_allocator(&self, allocated: Option<u64>, reserved: Option<u64>) {
-        let pushed = [
-            (figure::ALLOCATED, allocated),
-            (figure::RESERVED, reserved),
-        ];
+        let pushed = [(figure::ALLOCATED, allocated), (figure::RESERVED, reserved)];
         for (figure, value) in pushed {
             if let Some(value) = value {
                 self.latest[figure].store(value.min(ABSENT - 1), Ordering::Relaxed);
@@ -229,7 +228,9 @@ impl Shared {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The sampler thread and the state it publishes.
@@ -353,15 +354,12 @@ impl Ticker {
             }
         }
         shared.failing.store(failing, Ordering::Relaxed);
-        let n = shared.devices.len();
-        for slot in 0..=n {
-            let value = if slot == n {
-                self.figures[figure::GPU_USED]
-            } else {
-                self.figures[figure::DEVICE0 + slot]
-            };
-            if value != ABSENT {
-                raise(&shared.peak_since_collect[slot], value);
+        for window in shared.peak_windows.iter() {
+            for (device, peak) in window.iter().enumerate() {
+                let value = self.figures[figure::DEVICE0 + device];
+                if value != ABSENT {
+                    raise(peak, value);
+                }
             }
         }
         {

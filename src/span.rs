@@ -81,11 +81,14 @@ impl MemorySpan {
         let watermark = &*tracking.watermark;
         let now = |figure: usize| present(shared.latest(figure));
         let peak = |figure: usize| {
-            let highest = [watermark.peak(figure), shared.latest(figure), watermark.start[figure]]
-                .into_iter()
-                .filter(|&v| v != ABSENT)
-                .max();
-            highest
+            [
+                watermark.peak(figure),
+                shared.latest(figure),
+                watermark.start[figure],
+            ]
+            .into_iter()
+            .filter(|&v| v != ABSENT)
+            .max()
         };
         Some(SpanMemory {
             gpu_used: now(figure::GPU_USED),
@@ -182,10 +185,13 @@ impl Tracking {
         }
 
         let seconds = self.opened.elapsed().as_secs_f64();
-        match self.role {
-            SpanRole::Step => self.state.step_duration.record(seconds, &[]),
-            SpanRole::Epoch => self.state.epoch_duration.record(seconds, &[]),
-            SpanRole::Other => {}
+        let histograms = match self.role {
+            SpanRole::Step => &self.state.step_duration[..],
+            SpanRole::Epoch => &self.state.epoch_duration[..],
+            SpanRole::Other => &[],
+        };
+        for histogram in histograms {
+            histogram.record(seconds, &[]);
         }
     }
 }

@@ -16,8 +16,8 @@ use crate::error::{InitError, ShutdownError};
 use crate::export::health::ExportHealth;
 use crate::export::jsonl::{JsonlMetricExporter, JsonlSpanExporter, Lines};
 use crate::export::metrics::CountingMetricExporter;
-use crate::export::queue::{QueueConfig, QueueProcessor};
 use crate::export::otlp;
+use crate::export::queue::{QueueConfig, QueueProcessor};
 use crate::layer::{LayerState, MemoryLayer};
 use crate::runlog;
 use crate::sampler::{Sampler, SamplerStats};
@@ -178,15 +178,12 @@ impl Builder {
             return Err(InitError::AlreadyInstalled);
         }
         let filter = match std::env::var("RUST_LOG") {
-            Ok(value) if !value.trim().is_empty() => {
-                tracing_subscriber::EnvFilter::try_new(&value).map_err(|e| {
-                    InitError::InvalidSetting {
-                        name: "RUST_LOG".into(),
-                        value: value.clone(),
-                        expected: format!("a tracing filter such as info or mycrate=debug ({e})"),
-                    }
-                })?
-            }
+            Ok(value) if !value.trim().is_empty() => tracing_subscriber::EnvFilter::try_new(&value)
+                .map_err(|e| InitError::InvalidSetting {
+                    name: "RUST_LOG".into(),
+                    value: value.clone(),
+                    expected: format!("a tracing filter such as info or mycrate=debug ({e})"),
+                })?,
             _ => tracing_subscriber::EnvFilter::new("error"),
         };
         let mut telemetry = self.build()?;
@@ -239,6 +236,7 @@ struct Inner {
     runtime: Option<tokio::runtime::Runtime>,
     health: Vec<Arc<ExportHealth>>,
     run_dir: Option<PathBuf>,
+    prometheus: Option<PrometheusEndpoint>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -266,11 +264,14 @@ impl Telemetry {
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
     {
         let inner = self.inner.as_ref()?;
-        let layer: Layered<MemoryLayer, tracing_opentelemetry::OpenTelemetryLayer<S, SdkTracer>, S> =
-            tracing_opentelemetry::layer()
-                .with_tracer(inner.tracer.clone())
-                .with_threads(false)
-                .and_then(MemoryLayer(Arc::clone(&inner.state)));
+        let layer: Layered<
+            MemoryLayer,
+            tracing_opentelemetry::OpenTelemetryLayer<S, SdkTracer>,
+            S,
+        > = tracing_opentelemetry::layer()
+            .with_tracer(inner.tracer.clone())
+            .with_threads(false)
+            .and_then(MemoryLayer(Arc::clone(&inner.state)));
         Some(layer)
     }
 
@@ -287,6 +288,18 @@ impl Telemetry {
     /// `gpu.memory.source`: `nvml`, `nvidia-smi`, the custom source's name, or `none`.
     pub fn memory_source(&self) -> Option<&str> {
         self.inner.as_ref().map(|i| i.state.shared.source_name())
+    }
+
+    /// The address the Prometheus endpoint listens on, when one was asked for.
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "prometheus")]
+        {
+            self.inner.as_ref()?.prometheus.as_ref().map(|p| p.addr())
+        }
+        #[cfg(not(feature = "prometheus"))]
+        {
+            None
+        }
     }
 
     /// How the sampler kept its schedule so far.
@@ -419,7 +432,7 @@ impl Inner {
         let tracer_provider = tracer_builder.build();
         let tracer = tracer_provider.tracer("gpuspan");
 
-        let mut meter_builder = SdkMeterProvider::builder().with_resource(resource);
+        let mut meter_builder = SdkMeterProvider::builder().with_resource(resource.clone());
         let interval = settings.metric_interval;
         match &settings.metrics {
             Destination::Otlp(target) => {
@@ -427,8 +440,11 @@ impl Inner {
                 let h = Arc::new(ExportHealth::new(target.endpoint.clone(), "metric point"));
                 health.push(Arc::clone(&h));
                 let exporter = otlp::metric_exporter(target, &handle, h)?;
-                meter_builder = meter_builder
-                    .with_reader(PeriodicReader::builder(exporter).with_interval(interval).build());
+                meter_builder = meter_builder.with_reader(
+                    PeriodicReader::builder(exporter)
+                        .with_interval(interval)
+                        .build(),
+                );
             }
             Destination::RunDir | Destination::Console => {
                 let (lines, name) = if settings.metrics == Destination::Console {
@@ -447,15 +463,32 @@ impl Inner {
                 health.push(Arc::clone(&h));
                 let exporter =
                     CountingMetricExporter::new(JsonlMetricExporter::new(lines), None, h);
-                meter_builder = meter_builder
-                    .with_reader(PeriodicReader::builder(exporter).with_interval(interval).build());
+                meter_builder = meter_builder.with_reader(
+                    PeriodicReader::builder(exporter)
+                        .with_interval(interval)
+                        .build(),
+                );
             }
             Destination::None => {}
         }
         let meter_provider = meter_builder.build();
-        let meter = opentelemetry::metrics::MeterProvider::meter(&meter_provider, "gpuspan");
-        crate::metrics::register_gauges(&meter, sampler.shared());
-        let (step_duration, epoch_duration) = crate::metrics::duration_histograms(&meter);
+        let prometheus = match settings.prometheus_addr {
+            Some(addr) => Some(start_prometheus(addr, resource.clone())?),
+            None => None,
+        };
+        let mut step_duration = Vec::new();
+        let mut epoch_duration = Vec::new();
+        #[allow(unused_mut)]
+        let mut providers = vec![&meter_provider];
+        #[cfg(feature = "prometheus")]
+        providers.extend(prometheus.as_ref().map(|p| &p.provider));
+        for (reader, provider) in providers.into_iter().enumerate() {
+            let meter = opentelemetry::metrics::MeterProvider::meter(provider, "gpuspan");
+            crate::metrics::register_gauges(&meter, sampler.shared(), reader);
+            let (step, epoch) = crate::metrics::duration_histograms(&meter);
+            step_duration.push(step);
+            epoch_duration.push(epoch);
+        }
         let state = Arc::new(LayerState {
             shared: Arc::clone(sampler.shared()),
             step_duration,
@@ -471,6 +504,7 @@ impl Inner {
             runtime,
             health,
             run_dir,
+            prometheus,
         })
     }
 
@@ -490,6 +524,9 @@ impl Inner {
             let traces = self.tracer_provider.shutdown_with_timeout(timeout);
             (traces, metrics.join())
         });
+        if let Some(mut prometheus) = self.prometheus.take() {
+            prometheus.stop();
+        }
         self.sampler.stop();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
@@ -554,6 +591,40 @@ impl Inner {
     }
 }
 
+#[cfg(feature = "prometheus")]
+use crate::export::prometheus::PrometheusEndpoint;
+
+#[cfg(feature = "prometheus")]
+fn start_prometheus(
+    addr: SocketAddr,
+    resource: opentelemetry_sdk::Resource,
+) -> Result<PrometheusEndpoint, InitError> {
+    PrometheusEndpoint::start(addr, resource)
+}
+
+/// Stands in for the endpoint in builds without the `prometheus` feature.
+#[cfg(not(feature = "prometheus"))]
+#[derive(Debug)]
+struct PrometheusEndpoint;
+
+#[cfg(not(feature = "prometheus"))]
+impl PrometheusEndpoint {
+    fn stop(&mut self) {}
+}
+
+#[cfg(not(feature = "prometheus"))]
+fn start_prometheus(
+    addr: SocketAddr,
+    _resource: opentelemetry_sdk::Resource,
+) -> Result<PrometheusEndpoint, InitError> {
+    Err(InitError::Prometheus {
+        addr,
+        reason:
+            "this build leaves out the Prometheus endpoint: enable gpuspan's `prometheus` feature"
+                .into(),
+    })
+}
+
 fn missing_runtime(signal: &'static str) -> InitError {
     InitError::Exporter {
         signal,
@@ -562,28 +633,43 @@ fn missing_runtime(signal: &'static str) -> InitError {
     }
 }
 
-/// NVML, else no GPU source with one clear warning. Never host memory under a GPU name.
+/// NVML, else `nvidia-smi`, else no GPU source, with one clear warning. Never host memory
+/// under a GPU name.
 fn open_gpu_source(settings: &Settings) -> Option<Box<dyn MemorySource>> {
     #[cfg(feature = "nvml")]
-    {
-        match crate::source::nvml::NvmlSource::open(settings.nvml_lib.as_deref(), &settings.devices)
-        {
-            Ok(source) => return Some(Box::new(source)),
-            Err(why) => eprintln!(
-                "gpuspan: warning: no GPU memory source: {}; spans carry host memory \
-                 (process.memory.*) only. Set GPUSPAN_NVML_LIB to the driver's libnvidia-ml.so.1 \
-                 if it is installed elsewhere.",
-                why.0
+    let why = match crate::source::nvml::NvmlSource::open(
+        settings.nvml_lib.as_deref(),
+        &settings.devices,
+    ) {
+        Ok(source) => return Some(Box::new(source)),
+        Err(why) => why.0,
+    };
+    #[cfg(not(feature = "nvml"))]
+    let why = "this build leaves out NVML (gpuspan's `nvml` feature)".to_owned();
+
+    if let Some(program) = crate::source::smi::find_nvidia_smi() {
+        match crate::source::smi::SmiSource::open(&program, &settings.devices) {
+            Ok(source) => {
+                eprintln!(
+                    "gpuspan: warning: {why}; reading GPU memory from {} instead, every {} ms, \
+                     so spikes shorter than that may be missed",
+                    program.display(),
+                    crate::source::smi::MIN_INTERVAL.as_millis()
+                );
+                return Some(Box::new(source));
+            }
+            Err(smi) => eprintln!(
+                "gpuspan: warning: no GPU memory source: {why}, and {} failed ({smi}); spans \
+                 carry host memory (process.memory.*) only",
+                program.display()
             ),
         }
+        return None;
     }
-    #[cfg(not(feature = "nvml"))]
-    {
-        let _ = settings;
-        eprintln!(
-            "gpuspan: warning: no GPU memory source: this build leaves out NVML (enable the \
-             `nvml` feature); spans carry host memory (process.memory.*) only"
-        );
-    }
+    eprintln!(
+        "gpuspan: warning: no GPU memory source: {why}; spans carry host memory \
+         (process.memory.*) only. Set GPUSPAN_NVML_LIB to the driver's libnvidia-ml.so.1 if it \
+         is installed elsewhere."
+    );
     None
 }

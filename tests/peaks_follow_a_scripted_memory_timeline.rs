@@ -39,7 +39,10 @@ fn start_end_and_peak_equal_the_scripted_values() {
     assert!(step.int_attr("gpu.memory.samples").unwrap() >= 6);
     // Host memory is always there, under its own name, and never under a gpu. name.
     assert!(step.int_attr("process.memory.peak").unwrap() > 0);
-    assert!(step.int_attr("process.memory.start").unwrap() <= step.int_attr("process.memory.peak").unwrap());
+    assert!(
+        step.int_attr("process.memory.start").unwrap()
+            <= step.int_attr("process.memory.peak").unwrap()
+    );
 }
 
 #[test]
@@ -68,9 +71,15 @@ fn nested_spans_keep_their_own_peaks() {
     for step in &steps {
         assert!(step.is_child_of(epoch), "step is a child of the epoch");
     }
-    assert_eq!(steps[0].int_attr("gpu.memory.peak"), Some((700 * MB) as i64));
+    assert_eq!(
+        steps[0].int_attr("gpu.memory.peak"),
+        Some((700 * MB) as i64)
+    );
     // The second step opened after the first spike: it does not inherit it.
-    assert_eq!(steps[1].int_attr("gpu.memory.peak"), Some((300 * MB) as i64));
+    assert_eq!(
+        steps[1].int_attr("gpu.memory.peak"),
+        Some((300 * MB) as i64)
+    );
     assert_eq!(epoch.int_attr("gpu.memory.peak"), Some((700 * MB) as i64));
     assert_eq!(epoch.int_attr("ml.epoch"), Some(0));
 }

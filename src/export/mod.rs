@@ -6,6 +6,8 @@ pub(crate) mod health;
 pub(crate) mod jsonl;
 pub(crate) mod metrics;
 pub(crate) mod otlp;
+#[cfg(feature = "prometheus")]
+pub(crate) mod prometheus;
 pub(crate) mod queue;
 
 use std::future::Future;

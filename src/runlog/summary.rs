@@ -97,7 +97,11 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
                 summary.source = string(&span.attributes, "gpu.memory.source");
             }
             match span.name.as_str() {
-                "step" => *steps_by_parent.entry(span.parent_span_id.clone()).or_default() += 1,
+                "step" => {
+                    *steps_by_parent
+                        .entry(span.parent_span_id.clone())
+                        .or_default() += 1
+                }
                 "epoch" => {
                     let attrs = &span.attributes;
                     let error = span
@@ -107,7 +111,9 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
                         .map(|s| s.message.clone());
                     let row = EpochSummary {
                         epoch: int(attrs, "ml.epoch").unwrap_or(-1),
-                        seconds: span.end_time_unix_nano.saturating_sub(span.start_time_unix_nano)
+                        seconds: span
+                            .end_time_unix_nano
+                            .saturating_sub(span.start_time_unix_nano)
                             as f64
                             / 1e9,
                         steps: 0,
@@ -209,7 +215,13 @@ impl RunSummary {
             }
             let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
             let widths: Vec<usize> = (0..columns)
-                .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+                .map(|c| {
+                    rows.iter()
+                        .filter_map(|r| r.get(c))
+                        .map(|s| s.chars().count())
+                        .max()
+                        .unwrap_or(0)
+                })
                 .collect();
             for row in &rows {
                 let cells: Vec<String> = row
@@ -225,7 +237,10 @@ impl RunSummary {
                 "gpu memory: no GPU source (NVML not found); host columns are this process's RSS\n",
             ),
             Some(source) => {
-                let _ = writeln!(out, "gpu memory: read through {source}; host columns are this process's RSS");
+                let _ = writeln!(
+                    out,
+                    "gpu memory: read through {source}; host columns are this process's RSS"
+                );
             }
         }
         for bad in &self.bad_lines {

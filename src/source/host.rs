@@ -41,7 +41,10 @@ mod tests {
         let before = host.resident_bytes().expect("/proc/self/statm is readable");
         let block = vec![1u8; 64 << 20];
         let after = host.resident_bytes().unwrap();
-        assert!(after >= before + (60 << 20), "before {before}, after {after}");
+        assert!(
+            after >= before + (60 << 20),
+            "before {before}, after {after}"
+        );
         drop(block);
     }
 }

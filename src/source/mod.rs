@@ -10,7 +10,7 @@ pub(crate) mod host;
 #[cfg(feature = "nvml")]
 pub(crate) mod nvml;
 pub(crate) mod scope;
-
+pub(crate) mod smi;
 
 use std::time::Duration;
 

@@ -50,9 +50,9 @@ impl NvmlSource {
                 describe(&e)
             ))
         })?;
-        let count = nvml
-            .device_count()
-            .map_err(|e| NvmlUnavailable(format!("NVML could not count devices ({})", describe(&e))))?;
+        let count = nvml.device_count().map_err(|e| {
+            NvmlUnavailable(format!("NVML could not count devices ({})", describe(&e)))
+        })?;
         let mut handles = Vec::new();
         let mut devices = Vec::new();
         for index in 0..count {
@@ -68,7 +68,9 @@ impl NvmlSource {
             };
             let info = Device {
                 index,
-                uuid: device.uuid().unwrap_or_else(|_| format!("nvml-index-{index}")),
+                uuid: device
+                    .uuid()
+                    .unwrap_or_else(|_| format!("nvml-index-{index}")),
                 name: device.name().unwrap_or_else(|_| "NVIDIA GPU".to_owned()),
                 vendor: "NVIDIA".to_owned(),
             };
@@ -139,7 +141,6 @@ impl MemorySource for NvmlSource {
                     Err(_) => {}
                 }
             }
-            drop(device);
             self.utilization_query[i] = utilization_supported;
             self.process_query[i] = process_supported;
         }
@@ -163,4 +164,3 @@ fn describe(error: &NvmlError) -> String {
         other => other.to_string(),
     }
 }
-

@@ -92,8 +92,12 @@ mod tests {
 
     #[test]
     fn empty_and_minus_one_select_nothing() {
-        assert!(!DeviceScope::parse("").unwrap().includes(&device(0, "GPU-0")));
-        assert!(!DeviceScope::parse("-1").unwrap().includes(&device(0, "GPU-0")));
+        assert!(!DeviceScope::parse("")
+            .unwrap()
+            .includes(&device(0, "GPU-0")));
+        assert!(!DeviceScope::parse("-1")
+            .unwrap()
+            .includes(&device(0, "GPU-0")));
         assert!(DeviceScope::all().includes(&device(7, "GPU-7")));
     }
 

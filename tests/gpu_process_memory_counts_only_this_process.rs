@@ -1,0 +1,133 @@
+//! `gpu.process.memory.*` is this process's own GPU memory from NVML's per-process lists,
+//! summed over its entries on the devices in scope: other processes' entries are left out,
+//! and where the driver cannot tell (query not supported, symbols missing, figure not
+//! available) the attributes are absent, not zero, while device memory is still recorded.
+
+mod support;
+
+use std::time::Duration;
+
+use support::fake_nvml::{code, FakeNvml, MIB, NO_PROCESS_QUERIES};
+use support::receiver::{ReceivedSpan, Receiver};
+use support::sampling::{self, triple, wait_for_ticks};
+use support::setup;
+
+const GIB: u64 = 1024 * MIB;
+const PROCESS_QUERY: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
+
+/// Another process on the machine (pid 1 is never a test).
+const OTHER: u32 = 1;
+
+/// Runs one step on `fake` (two devices in scope), doing `during` while it is open, and
+/// returns the span.
+fn one_step(fake: &FakeNvml, during: impl FnOnce()) -> ReceivedSpan {
+    let receiver = Receiver::start_grpc();
+    let builder = setup::to_receiver(&receiver)
+        .nvml_lib(fake.path())
+        .devices("0,1")
+        .sample_interval(Duration::from_millis(2));
+    let (telemetry, ()) = sampling::run(builder, |_| {
+        let _step = gpuspan::step_span!(0);
+        wait_for_ticks(fake, 2, 2);
+        during();
+        wait_for_ticks(fake, 2, 2);
+    });
+    telemetry.shutdown().expect("clean shutdown");
+    let mut steps = receiver.spans_named("step");
+    assert_eq!(steps.len(), 1);
+    steps.remove(0)
+}
+
+fn two_devices(fake: &FakeNvml) {
+    fake.set_device_count(2);
+    fake.set_memory(0, 6 * GIB, 80 * GIB);
+    fake.set_memory(1, 3 * GIB, 80 * GIB);
+}
+
+fn assert_no_process_memory(step: &ReceivedSpan) {
+    for key in ["start", "end", "peak"] {
+        let key = format!("gpu.process.memory.{key}");
+        assert!(
+            !step.attributes.contains_key(&key),
+            "{key} is absent, not zero: {:?}",
+            step.attributes
+        );
+    }
+    // Device memory is still there.
+    assert_eq!(
+        triple(step, "gpu.memory"),
+        Some((9 * GIB, 9 * GIB, 9 * GIB))
+    );
+}
+
+#[test]
+fn this_process_entries_are_summed_and_others_ignored() {
+    let me = std::process::id();
+    let fake = FakeNvml::build();
+    two_devices(&fake);
+    // Two entries of this process on device 0 (as with several GPU instances), one on
+    // device 1, and other processes holding far more.
+    let mine_0 = [300 * MIB + 11, 50 * MIB];
+    fake.set_processes(0, &[(me, mine_0[0]), (OTHER, 4 * GIB), (me, mine_0[1])]);
+    fake.set_processes(1, &[(OTHER + 1, 2 * GIB), (me, 200 * MIB + 7)]);
+    let at_rest = mine_0[0] + mine_0[1] + 200 * MIB + 7;
+    let grown = 900 * MIB + 5;
+
+    let step = one_step(&fake, || {
+        // This process grows on device 0, then shrinks back, while the step is open.
+        fake.set_processes(0, &[(me, grown), (OTHER, 4 * GIB), (me, mine_0[1])]);
+        wait_for_ticks(&fake, 2, 2);
+        fake.set_processes(0, &[(me, mine_0[0]), (OTHER, 4 * GIB), (me, mine_0[1])]);
+    });
+
+    let peak = grown + mine_0[1] + 200 * MIB + 7;
+    assert_eq!(
+        triple(&step, "gpu.process.memory"),
+        Some((at_rest, at_rest, peak)),
+        "{:?}",
+        step.attributes
+    );
+    assert_eq!(
+        triple(&step, "gpu.memory"),
+        Some((9 * GIB, 9 * GIB, 9 * GIB))
+    );
+}
+
+#[test]
+fn a_process_with_no_entries_holds_zero() {
+    let fake = FakeNvml::build();
+    two_devices(&fake);
+    fake.set_processes(0, &[(OTHER, 4 * GIB)]);
+    let step = one_step(&fake, || {});
+    assert_eq!(triple(&step, "gpu.process.memory"), Some((0, 0, 0)));
+}
+
+#[test]
+fn absent_when_the_driver_does_not_support_process_queries() {
+    let fake = FakeNvml::build();
+    two_devices(&fake);
+    fake.set_processes(0, &[(std::process::id(), 300 * MIB)]);
+    fake.set_error(PROCESS_QUERY, None, code::NOT_SUPPORTED);
+    let step = one_step(&fake, || {});
+    assert_no_process_memory(&step);
+    // A driver that said "not supported" is not asked again at every tick.
+    assert_eq!(fake.call_count(PROCESS_QUERY), 2, "one question per device");
+}
+
+#[test]
+fn absent_when_the_driver_lacks_the_process_query_symbols() {
+    let fake = FakeNvml::build_variant(&[NO_PROCESS_QUERIES]);
+    two_devices(&fake);
+    let step = one_step(&fake, || {});
+    assert_no_process_memory(&step);
+}
+
+#[test]
+fn absent_when_the_driver_cannot_say_how_much_this_process_holds() {
+    let fake = FakeNvml::build();
+    two_devices(&fake);
+    // u64::MAX: NVML's "not available" (as under some virtualised or MIG setups).
+    fake.set_processes(0, &[(std::process::id(), u64::MAX), (OTHER, GIB)]);
+    let step = one_step(&fake, || {});
+    assert_no_process_memory(&step);
+}
