@@ -86,6 +86,7 @@ pub(crate) struct CodeSettings {
     pub(crate) metric_interval: Option<Duration>,
     pub(crate) prometheus_addr: Option<SocketAddr>,
     pub(crate) summary: Option<bool>,
+    pub(crate) flush_on_signal: Option<bool>,
 }
 
 /// Where one signal goes, fully resolved.
@@ -122,6 +123,7 @@ pub(crate) struct Settings {
     pub(crate) service_name: String,
     pub(crate) resource: Vec<(String, String)>,
     pub(crate) sample_interval: Duration,
+    #[cfg_attr(not(feature = "nvml"), allow(dead_code))]
     pub(crate) nvml_lib: Option<PathBuf>,
     pub(crate) devices: DeviceScope,
     pub(crate) run_root: PathBuf,
@@ -132,6 +134,7 @@ pub(crate) struct Settings {
     pub(crate) metric_interval: Duration,
     pub(crate) prometheus_addr: Option<SocketAddr>,
     pub(crate) summary: bool,
+    pub(crate) flush_on_signal: bool,
 }
 
 impl Settings {
@@ -247,6 +250,7 @@ pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
         metric_interval,
         prometheus_addr,
         summary: code.summary.unwrap_or(true),
+        flush_on_signal: code.flush_on_signal.unwrap_or(true),
     })
 }
 

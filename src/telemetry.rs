@@ -166,9 +166,17 @@ impl Builder {
         self
     }
 
+    /// Whether `install()` flushes completed spans on SIGINT and SIGTERM before letting the
+    /// signal end the process (default: yes). Turn it off if your program handles these
+    /// signals itself, and call [`Telemetry::flush`] from your handler.
+    pub fn flush_on_signal(mut self, flush: bool) -> Self {
+        self.code.flush_on_signal = Some(flush);
+        self
+    }
+
     /// Sets everything up and installs a global tracing subscriber: gpuspan's layer plus a
     /// `fmt` layer for events, filtered by `RUST_LOG` (errors only when unset). Also sets
-    /// the global OTel tracer and meter providers.
+    /// the global OTel tracer and meter providers, and flushes on SIGINT and SIGTERM.
     ///
     /// # Errors
     /// See [`InitError`]; [`InitError::AlreadyInstalled`] if a global subscriber exists
@@ -198,6 +206,16 @@ impl Builder {
         if let Some(inner) = &mut telemetry.inner {
             opentelemetry::global::set_tracer_provider(inner.tracer_provider.clone());
             opentelemetry::global::set_meter_provider(inner.meter_provider.clone());
+            if inner.settings.flush_on_signal {
+                crate::signals::flush_on_signal(
+                    inner.tracer_provider.clone(),
+                    inner.meter_provider.clone(),
+                )
+                .map_err(|source| InitError::Thread {
+                    what: "signal",
+                    source,
+                })?;
+            }
         }
         Ok(telemetry)
     }
@@ -216,6 +234,20 @@ impl Builder {
             inner: Some(Box::new(inner)),
         })
     }
+}
+
+/// One device's latest reading: see [`Telemetry::devices`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DeviceMemory {
+    /// Which device.
+    pub device: crate::source::Device,
+    /// Memory in use, in bytes.
+    pub used: Option<u64>,
+    /// Memory installed, in bytes.
+    pub total: Option<u64>,
+    /// Fraction of time the GPU was busy (0 to 1).
+    pub utilization: Option<f64>,
 }
 
 /// The running telemetry: sampler, exporters and providers. Dropping it flushes and shuts
@@ -271,6 +303,7 @@ impl Telemetry {
         > = tracing_opentelemetry::layer()
             .with_tracer(inner.tracer.clone())
             .with_threads(false)
+            .with_tracked_inactivity(false)
             .and_then(MemoryLayer(Arc::clone(&inner.state)));
         Some(layer)
     }
@@ -300,6 +333,26 @@ impl Telemetry {
         {
             None
         }
+    }
+
+    /// Every device in scope with its latest reading (no device is read by this call).
+    pub fn devices(&self) -> Vec<DeviceMemory> {
+        let Some(inner) = &self.inner else {
+            return Vec::new();
+        };
+        let shared = &inner.state.shared;
+        let present = |v: u64| (v != crate::sampler::ABSENT).then_some(v);
+        shared
+            .devices()
+            .iter()
+            .enumerate()
+            .map(|(i, device)| DeviceMemory {
+                device: device.clone(),
+                used: present(shared.latest(crate::sampler::figure::DEVICE0 + i)),
+                total: present(shared.total(i)),
+                utilization: shared.utilization(i),
+            })
+            .collect()
     }
 
     /// How the sampler kept its schedule so far.

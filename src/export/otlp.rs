@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use opentelemetry_sdk::metrics::Temporality;
 
 use super::health::ExportHealth;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use super::metrics::CountingMetricExporter;
 use crate::config::{OtlpTarget, Protocol};
 use crate::error::InitError;
@@ -23,6 +25,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, InitError> {
         })
 }
 
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 fn build_error(signal: &'static str, target: &OtlpTarget, error: impl ToString) -> InitError {
     InitError::Exporter {
         signal,
@@ -32,6 +35,7 @@ fn build_error(signal: &'static str, target: &OtlpTarget, error: impl ToString) 
 }
 
 /// An OTLP span exporter for `target`.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) fn span_exporter(
     target: &OtlpTarget,
     runtime: &tokio::runtime::Handle,
@@ -66,6 +70,7 @@ pub(crate) fn span_exporter(
 }
 
 /// An OTLP metric exporter for `target`, counting what it fails to send.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) fn metric_exporter(
     target: &OtlpTarget,
     runtime: &tokio::runtime::Handle,
@@ -133,4 +138,59 @@ fn metadata(target: &OtlpTarget) -> Result<tonic::metadata::MetadataMap, String>
         map.insert(key, value);
     }
     Ok(map)
+}
+
+/// Without a transport, asking for OTLP is an error naming the feature to enable.
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+pub(crate) fn span_exporter(
+    target: &OtlpTarget,
+    _runtime: &tokio::runtime::Handle,
+) -> Result<unbuilt::Unbuilt, InitError> {
+    Err(not_built(target.protocol))
+}
+
+/// Without a transport, asking for OTLP is an error naming the feature to enable.
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+pub(crate) fn metric_exporter(
+    target: &OtlpTarget,
+    _runtime: &tokio::runtime::Handle,
+    _health: Arc<ExportHealth>,
+) -> Result<unbuilt::Unbuilt, InitError> {
+    Err(not_built(target.protocol))
+}
+
+/// The exporter type of a build without OTLP transports: it has no values.
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+mod unbuilt {
+    use std::time::Duration;
+
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::metrics::data::ResourceMetrics;
+    use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+    use opentelemetry_sdk::metrics::Temporality;
+    use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+
+    #[derive(Debug)]
+    pub(crate) enum Unbuilt {}
+
+    impl SpanExporter for Unbuilt {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            match *self {}
+        }
+    }
+
+    impl PushMetricExporter for Unbuilt {
+        async fn export(&self, _metrics: &ResourceMetrics) -> OTelSdkResult {
+            match *self {}
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            match *self {}
+        }
+        fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+            match *self {}
+        }
+        fn temporality(&self) -> Temporality {
+            match *self {}
+        }
+    }
 }

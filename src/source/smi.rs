@@ -219,18 +219,30 @@ pub(crate) fn parse_query_gpu(text: &str) -> Result<Vec<SmiRow>, SmiParseError> 
         if record.iter().all(str::is_empty) {
             continue;
         }
-        // csv's own line count skips blank lines; count from the byte offset instead.
-        let line = record.position().map_or(0, |position| {
-            let start = usize::try_from(position.byte()).unwrap_or(usize::MAX);
-            let before = text.as_bytes().get(..start).unwrap_or(text.as_bytes());
-            before.iter().filter(|&&b| b == b'\n').count() as u64 + 1
-        });
+        let line = record
+            .position()
+            .map_or(0, |position| line_of(text, position.byte()));
         rows.push(parse_row(&record, line)?);
     }
     if rows.is_empty() {
         return Err(SmiParseError::Empty);
     }
     Ok(rows)
+}
+
+/// The 1-based line of the record csv places at byte `start`. csv's own line count and
+/// offsets take in the blank lines before a record, so those are counted here.
+fn line_of(text: &str, start: u64) -> u64 {
+    let bytes = text.as_bytes();
+    let (before, after) =
+        bytes.split_at(usize::try_from(start).map_or(bytes.len(), |s| s.min(bytes.len())));
+    let newline = |b: &&u8| **b == b'\n';
+    let blank = after
+        .iter()
+        .take_while(|b| matches!(b, b'\n' | b'\r'))
+        .filter(newline)
+        .count();
+    u64::try_from(before.iter().filter(newline).count() + blank + 1).unwrap_or(u64::MAX)
 }
 
 fn parse_row(record: &csv::StringRecord, line: u64) -> Result<SmiRow, SmiParseError> {
