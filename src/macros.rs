@@ -63,7 +63,8 @@ macro_rules! memory_span {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __memory_span {
-    ($role:expr, $name:literal $(, $($fields:tt)*)?) => {
+    ($role:expr, $name:literal $(, $($fields:tt)*)?) => {{
+        static FIELDS: $crate::__private::FieldCache = $crate::__private::FieldCache::new();
         $crate::MemorySpan::enter(
             $crate::__private::tracing::info_span!(
                 $name,
@@ -85,14 +86,15 @@ macro_rules! __memory_span {
                 $($($fields)*)?
             ),
             $role,
+            &FIELDS,
         )
-    };
+    }};
 }
 
 /// What the macros expand to; not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::span::SpanRole;
+    pub use crate::span::{FieldCache, SpanRole};
     pub use tracing;
     pub use tracing::field::Empty;
 

@@ -1,10 +1,11 @@
 //! The guard returned by `epoch_span!`, `step_span!` and `memory_span!`: it keeps the span
 //! entered and, when dropped, records the memory attributes on it before it closes.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use opentelemetry::trace::Status;
+use tracing::field::{Field, Value};
 use tracing::span::EnteredSpan;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -21,6 +22,68 @@ pub enum SpanRole {
     Step,
     /// `memory_span!`: memory attributes only.
     Other,
+}
+
+/// The memory fields of one macro call site, looked up by name once and reused, so a
+/// closing span records all of them in a single `record_all` call.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct FieldCache(OnceLock<Option<MemoryFields>>);
+
+impl FieldCache {
+    /// An empty cache, for a `static` in the macro expansion.
+    #[allow(clippy::new_without_default)]
+    pub const fn new() -> Self {
+        Self(OnceLock::new())
+    }
+
+    fn get(&'static self, span: &tracing::Span) -> Option<&'static MemoryFields> {
+        self.0
+            .get_or_init(|| span.metadata().and_then(|m| MemoryFields::find(m.fields())))
+            .as_ref()
+    }
+}
+
+/// Handles of the fields the macros declare.
+#[derive(Debug)]
+struct MemoryFields {
+    gpu: [Field; 4],
+    imbalance: Field,
+    process_gpu: [Field; 3],
+    allocated_peak: Field,
+    reserved_peak: Field,
+    host: [Field; 3],
+    source: Field,
+    samples: Field,
+}
+
+impl MemoryFields {
+    fn find(fields: &tracing::field::FieldSet) -> Option<Self> {
+        let f = |name: &str| fields.field(name);
+        Some(Self {
+            gpu: [
+                f("gpu.memory.start")?,
+                f("gpu.memory.end")?,
+                f("gpu.memory.peak")?,
+                f("gpu.memory.delta")?,
+            ],
+            imbalance: f("gpu.memory.imbalance")?,
+            process_gpu: [
+                f("gpu.process.memory.start")?,
+                f("gpu.process.memory.end")?,
+                f("gpu.process.memory.peak")?,
+            ],
+            allocated_peak: f("gpu.allocator.allocated.peak")?,
+            reserved_peak: f("gpu.allocator.reserved.peak")?,
+            host: [
+                f("process.memory.start")?,
+                f("process.memory.end")?,
+                f("process.memory.peak")?,
+            ],
+            source: f("gpu.memory.source")?,
+            samples: f("gpu.memory.samples")?,
+        })
+    }
 }
 
 /// An entered span that records GPU and host memory on itself when dropped.
@@ -42,6 +105,7 @@ pub struct MemorySpan {
 
 #[derive(Debug)]
 struct Tracking {
+    fields: &'static MemoryFields,
     state: Arc<LayerState>,
     watermark: Arc<Watermark>,
     role: SpanRole,
@@ -51,16 +115,20 @@ struct Tracking {
 impl MemorySpan {
     /// Enters `span` and starts tracking memory for it. Used by the macros.
     #[doc(hidden)]
-    pub fn enter(span: tracing::Span, role: SpanRole) -> Self {
+    pub fn enter(span: tracing::Span, role: SpanRole, fields: &'static FieldCache) -> Self {
         let tracking = if span.is_disabled() {
             None
         } else {
-            current().map(|state| Tracking {
-                watermark: state.shared.open_watermark(),
-                state,
-                role,
-                opened: Instant::now(),
-            })
+            match (current(), fields.get(&span)) {
+                (Some(state), Some(fields)) => Some(Tracking {
+                    fields,
+                    watermark: state.shared.open_watermark(),
+                    state,
+                    role,
+                    opened: Instant::now(),
+                }),
+                _ => None,
+            }
         };
         Self {
             tracking,
@@ -134,51 +202,43 @@ impl Tracking {
         let shared = &*self.state.shared;
         let watermark = &*self.watermark;
         let figures = Figures { shared, watermark };
+        let fields = self.fields;
 
-        if let Some((start, end, peak)) = figures.get(figure::GPU_USED) {
-            span.record("gpu.memory.start", bytes(start));
-            span.record("gpu.memory.end", bytes(end));
-            span.record("gpu.memory.peak", bytes(peak));
-            span.record("gpu.memory.delta", bytes(end) - bytes(start));
+        let [gpu_start, gpu_end, gpu_peak, gpu_delta] = match figures.get(figure::GPU_USED) {
+            Some((start, end, peak)) => {
+                let (start, end) = (bytes(start), bytes(end));
+                [Some(start), Some(end), Some(bytes(peak)), Some(end - start)]
+            }
+            None => [None; 4],
+        };
+        let [process_start, process_end, process_peak] = triple(figures.get(figure::PROCESS_GPU));
+        let [host_start, host_end, host_peak] = triple(figures.get(figure::HOST_RSS));
+        let allocated = figures.pushed_peak(figure::ALLOCATED).map(bytes);
+        let reserved = figures.pushed_peak(figure::RESERVED).map(bytes);
+        let imbalance = self.record_devices(span);
+        let source = shared.source_name();
+        let samples = bytes(watermark.samples());
+        let values = [
+            (&fields.gpu[0], value(&gpu_start)),
+            (&fields.gpu[1], value(&gpu_end)),
+            (&fields.gpu[2], value(&gpu_peak)),
+            (&fields.gpu[3], value(&gpu_delta)),
+            (&fields.imbalance, value(&imbalance)),
+            (&fields.process_gpu[0], value(&process_start)),
+            (&fields.process_gpu[1], value(&process_end)),
+            (&fields.process_gpu[2], value(&process_peak)),
+            (&fields.allocated_peak, value(&allocated)),
+            (&fields.reserved_peak, value(&reserved)),
+            (&fields.host[0], value(&host_start)),
+            (&fields.host[1], value(&host_end)),
+            (&fields.host[2], value(&host_peak)),
+            (&fields.source, Some(&source as &dyn Value)),
+            (&fields.samples, Some(&samples as &dyn Value)),
+        ];
+        if let Some(metadata) = span.metadata() {
+            span.record_all(&metadata.fields().value_set(&values));
         }
-        if let Some((start, end, peak)) = figures.get(figure::PROCESS_GPU) {
-            span.record("gpu.process.memory.start", bytes(start));
-            span.record("gpu.process.memory.end", bytes(end));
-            span.record("gpu.process.memory.peak", bytes(peak));
-        }
-        if let Some(peak) = figures.pushed_peak(figure::ALLOCATED) {
-            span.record("gpu.allocator.allocated.peak", bytes(peak));
-        }
-        if let Some(peak) = figures.pushed_peak(figure::RESERVED) {
-            span.record("gpu.allocator.reserved.peak", bytes(peak));
-        }
-        if let Some((start, end, peak)) = figures.get(figure::HOST_RSS) {
-            span.record("process.memory.start", bytes(start));
-            span.record("process.memory.end", bytes(end));
-            span.record("process.memory.peak", bytes(peak));
-        }
-        span.record("gpu.memory.source", shared.source_name());
-        span.record("gpu.memory.samples", bytes(watermark.samples()));
 
-        let devices = shared.devices();
-        if devices.len() > 1 {
-            let mut peaks = Vec::with_capacity(devices.len());
-            for (i, device) in devices.iter().enumerate() {
-                let Some((start, end, peak)) = figures.get(figure::DEVICE0 + i) else {
-                    continue;
-                };
-                let prefix = format!("gpu.{}.memory", device.index);
-                span.set_attribute(format!("{prefix}.start"), bytes(start));
-                span.set_attribute(format!("{prefix}.end"), bytes(end));
-                span.set_attribute(format!("{prefix}.peak"), bytes(peak));
-                peaks.push(peak);
-            }
-            let max = peaks.iter().copied().max().unwrap_or(0);
-            let min = peaks.iter().copied().min().unwrap_or(0);
-            if peaks.len() > 1 && max > 0 {
-                span.record("gpu.memory.imbalance", (max - min) as f64 / max as f64);
-            }
-        }
         let errors = watermark.errors();
         if errors != 0 {
             span.set_status(Status::error(shared.describe_errors(errors)));
@@ -194,6 +254,45 @@ impl Tracking {
             histogram.record(seconds, &[]);
         }
     }
+
+    /// With several devices in scope, records `gpu.<i>.memory.*` on the OTel span and
+    /// returns the imbalance of the per-device peaks.
+    fn record_devices(&self, span: &tracing::Span) -> Option<f64> {
+        let shared = &*self.state.shared;
+        let figures = Figures {
+            shared,
+            watermark: &self.watermark,
+        };
+        let devices = shared.devices();
+        if devices.len() < 2 {
+            return None;
+        }
+        let mut peaks = Vec::with_capacity(devices.len());
+        for (i, device) in devices.iter().enumerate() {
+            let Some((start, end, peak)) = figures.get(figure::DEVICE0 + i) else {
+                continue;
+            };
+            let prefix = format!("gpu.{}.memory", device.index);
+            span.set_attribute(format!("{prefix}.start"), bytes(start));
+            span.set_attribute(format!("{prefix}.end"), bytes(end));
+            span.set_attribute(format!("{prefix}.peak"), bytes(peak));
+            peaks.push(peak);
+        }
+        let max = peaks.iter().copied().max()?;
+        let min = peaks.iter().copied().min()?;
+        (peaks.len() > 1 && max > 0).then(|| (max - min) as f64 / max as f64)
+    }
+}
+
+fn triple(figure: Option<(u64, u64, u64)>) -> [Option<i64>; 3] {
+    match figure {
+        Some((start, end, peak)) => [Some(bytes(start)), Some(bytes(end)), Some(bytes(peak))],
+        None => [None; 3],
+    }
+}
+
+fn value<T: Value>(v: &Option<T>) -> Option<&dyn Value> {
+    v.as_ref().map(|v| v as &dyn Value)
 }
 
 /// Start, end and peak of one figure over a span.
