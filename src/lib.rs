@@ -41,6 +41,7 @@
 //! - `nvml` (default): read GPU memory through NVML (`nvml-wrapper`, loaded at run time).
 //! - `otlp-grpc` (default): OTLP over gRPC.
 //! - `otlp-http` (default): OTLP over HTTP/protobuf.
+//! - `prometheus` (default): the optional Prometheus scrape endpoint.
 //! - `cli`: the `gpuspan` command (`report`, `watch`).
 
 #![warn(missing_docs, unreachable_pub)]
