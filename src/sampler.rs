@@ -61,6 +61,8 @@ pub(crate) struct Shared {
 #[derive(Debug)]
 pub(crate) struct Watermark {
     pub(crate) start: Box<[u64]>,
+    /// Devices failing when the span opened (bit `i`: device `i`).
+    pub(crate) start_failing: u64,
     peaks: Box<[AtomicU64]>,
     samples: AtomicU64,
     errors: AtomicU64,
@@ -168,6 +170,11 @@ impl Shared {
         }
     }
 
+    /// Devices that failed their last read (bit `i`: device `i`).
+    pub(crate) fn failing(&self) -> u64 {
+        self.failing.load(Ordering::Relaxed)
+    }
+
     /// The last error of each device that failed, as `gpu <index>: <message>`.
     pub(crate) fn describe_errors(&self, mask: u64) -> String {
         let errors = lock(&self.last_errors);
@@ -190,6 +197,7 @@ impl Shared {
             .collect();
         let peaks = start.iter().map(|&v| AtomicU64::new(v)).collect();
         let watermark = Arc::new(Watermark {
+            start_failing: self.failing.load(Ordering::Relaxed),
             start,
             peaks,
             samples: AtomicU64::new(0),
@@ -385,20 +393,15 @@ impl Ticker {
         }
         source.read(&mut self.readings);
         let shared = Arc::clone(&self.shared);
-        let mut used_sum = None::<u64>;
-        let mut process_sum = None::<u64>;
+        // Sums are over the devices that could be read (a failing device is named in the
+        // error status of the spans open meanwhile, and a span whose start and end were
+        // summed over different devices leaves the sums out). A device that was read but
+        // cannot say what this process holds leaves the process sum out entirely.
+        let mut used_sum = Some(0u64);
+        let mut process_sum = Some(0u64);
         let mut failing = 0u64;
         for (i, reading) in self.readings.iter().enumerate() {
-            if let Some(used) = reading.used {
-                used_sum = Some(used_sum.unwrap_or(0).saturating_add(used));
-                self.figures[figure::DEVICE0 + i] = used.min(ABSENT - 1);
-            }
-            if let Some(process) = reading.process_used {
-                process_sum = Some(process_sum.unwrap_or(0).saturating_add(process));
-            }
-            if let Some(total) = reading.total {
-                shared.totals[i].store(total, Ordering::Relaxed);
-            }
+            shared.totals[i].store(reading.total.unwrap_or(ABSENT), Ordering::Relaxed);
             let utilization = reading.utilization.map_or(ABSENT, f64::to_bits);
             shared.utilization[i].store(utilization, Ordering::Relaxed);
             if let Some(error) = &reading.error {
@@ -406,15 +409,28 @@ impl Ticker {
                     failing |= 1 << i;
                 }
                 lock(&shared.last_errors)[i] = Some(error.clone());
+                continue;
             }
+            if let Some(used) = reading.used {
+                self.figures[figure::DEVICE0 + i] = used.min(ABSENT - 1);
+            }
+            used_sum = used_sum.zip(reading.used).map(|(a, b)| a.saturating_add(b));
+            process_sum = process_sum
+                .zip(reading.process_used)
+                .map(|(a, b)| a.saturating_add(b));
+        }
+        if failing.count_ones() as usize >= self.readings.len() {
+            used_sum = None;
+            process_sum = None;
         }
         for i in 0..self.readings.len() {
             if let Some(error) = self.readings[i].error.clone() {
                 self.warn_once(i, &error);
             }
         }
-        self.figures[figure::GPU_USED] = used_sum.map_or(ABSENT, |v| v.min(ABSENT - 1));
-        self.figures[figure::PROCESS_GPU] = process_sum.map_or(ABSENT, |v| v.min(ABSENT - 1));
+        let sum = |total: Option<u64>| total.map_or(ABSENT, |v| v.min(ABSENT - 1));
+        self.figures[figure::GPU_USED] = sum(used_sum);
+        self.figures[figure::PROCESS_GPU] = sum(process_sum);
         failing
     }
 

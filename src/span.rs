@@ -204,14 +204,18 @@ impl Tracking {
         let figures = Figures { shared, watermark };
         let fields = self.fields;
 
-        let [gpu_start, gpu_end, gpu_peak, gpu_delta] = match figures.get(figure::GPU_USED) {
+        // Sums whose start and end cover different devices (one fell off meanwhile) would
+        // read as memory freed or taken: leave them out.
+        let same_devices = watermark.start_failing == shared.failing();
+        let sum = |figure| figures.get(figure).filter(|_| same_devices);
+        let [gpu_start, gpu_end, gpu_peak, gpu_delta] = match sum(figure::GPU_USED) {
             Some((start, end, peak)) => {
                 let (start, end) = (bytes(start), bytes(end));
                 [Some(start), Some(end), Some(bytes(peak)), Some(end - start)]
             }
             None => [None; 4],
         };
-        let [process_start, process_end, process_peak] = triple(figures.get(figure::PROCESS_GPU));
+        let [process_start, process_end, process_peak] = triple(sum(figure::PROCESS_GPU));
         let [host_start, host_end, host_peak] = triple(figures.get(figure::HOST_RSS));
         let allocated = figures.pushed_peak(figure::ALLOCATED).map(bytes);
         let reserved = figures.pushed_peak(figure::RESERVED).map(bytes);
@@ -268,15 +272,30 @@ impl Tracking {
             return None;
         }
         let mut peaks = Vec::with_capacity(devices.len());
+        let mut complete = true;
         for (i, device) in devices.iter().enumerate() {
-            let Some((start, end, peak)) = figures.get(figure::DEVICE0 + i) else {
-                continue;
-            };
+            let figure = figure::DEVICE0 + i;
             let prefix = format!("gpu.{}.memory", device.index);
-            span.set_attribute(format!("{prefix}.start"), bytes(start));
-            span.set_attribute(format!("{prefix}.end"), bytes(end));
-            span.set_attribute(format!("{prefix}.peak"), bytes(peak));
-            peaks.push(peak);
+            match figures.get(figure) {
+                Some((start, end, peak)) => {
+                    span.set_attribute(format!("{prefix}.start"), bytes(start));
+                    span.set_attribute(format!("{prefix}.end"), bytes(end));
+                    span.set_attribute(format!("{prefix}.peak"), bytes(peak));
+                    peaks.push(peak);
+                }
+                None => {
+                    // A device lost while the span was open: what was measured before it
+                    // fell off is still true; there is no end to report.
+                    complete = false;
+                    if let Some((start, peak)) = figures.start_and_peak(figure) {
+                        span.set_attribute(format!("{prefix}.start"), bytes(start));
+                        span.set_attribute(format!("{prefix}.peak"), bytes(peak));
+                    }
+                }
+            }
+        }
+        if !complete {
+            return None;
         }
         let max = peaks.iter().copied().max()?;
         let min = peaks.iter().copied().min()?;
@@ -314,6 +333,18 @@ impl Figures<'_> {
             peak => peak.max(start).max(end),
         };
         Some((start, end, peak))
+    }
+
+    /// Start and peak of a figure whose end was not measured.
+    fn start_and_peak(&self, figure: usize) -> Option<(u64, u64)> {
+        let start = self.watermark.start[figure];
+        if start == ABSENT {
+            return None;
+        }
+        match self.watermark.peak(figure) {
+            ABSENT => Some((start, start)),
+            peak => Some((start, peak.max(start))),
+        }
     }
 
     /// A pushed counter: the highest value pushed while the span was open, or the value

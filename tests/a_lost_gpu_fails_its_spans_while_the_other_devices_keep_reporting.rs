@@ -22,9 +22,9 @@ fn a_gpu_lost_mid_run_fails_open_spans_and_spares_the_others() {
     let later = GIB + 512 * MIB;
     let fake = FakeNvml::build();
     fake.set_device_count(3);
-    for dev in 0..3 {
-        fake.set_memory(dev as u32, used[dev], 80 * GIB);
-        fake.set_utilization(dev as u32, 50, 0);
+    for (dev, &bytes) in (0u32..).zip(&used) {
+        fake.set_memory(dev, bytes, 80 * GIB);
+        fake.set_utilization(dev, 50, 0);
     }
 
     let receiver = Receiver::start_grpc();
@@ -82,8 +82,9 @@ fn a_gpu_lost_mid_run_fails_open_spans_and_spares_the_others() {
             !message.contains("gpu 0") && !message.contains("gpu 2"),
             "names only the lost device: {message}"
         );
-        // The other devices still have their own figures; the lost one has none at its end.
-        assert_eq!(per_device_indexes(span), [0, 2].into(), "{}", span.name);
+        // The other devices still have their own figures; the lost one has no end.
+        assert_eq!(triple(span, "gpu.1.memory"), None, "{}", span.name);
+        assert_eq!(span.int_attr("gpu.1.memory.end"), None, "{}", span.name);
         assert_eq!(
             triple(span, "gpu.2.memory"),
             Some((used[2], used[2], used[2])),
@@ -97,7 +98,21 @@ fn a_gpu_lost_mid_run_fails_open_spans_and_spares_the_others() {
         Some((used[0], later, later))
     );
     assert_eq!(triple(after, "gpu.0.memory"), Some((used[0], later, later)));
-    // A span that opened after the loss sums the devices that can be read.
+    // Open across the loss: what device 1 held before it fell off is still reported.
+    assert_eq!(per_device_indexes(across), [0, 1, 2].into());
+    assert_eq!(across.int_attr("gpu.1.memory.start"), Some(used[1] as i64));
+    assert_eq!(across.int_attr("gpu.1.memory.peak"), Some(used[1] as i64));
+    // Opened after it: devices 0 and 2 only.
+    assert_eq!(per_device_indexes(after), [0, 2].into());
+    // Open across the loss, its start was summed over three devices and its end over two:
+    // the sums are left out rather than reading as 2 GiB freed.
+    for key in ["start", "end", "peak", "delta"] {
+        let key = format!("gpu.memory.{key}");
+        assert_eq!(across.int_attr(&key), None, "{key}");
+    }
+    assert_eq!(across.double_attr("gpu.memory.imbalance"), None);
+    // Opened after it, start and end sum the same devices (0 and 2), and the error status
+    // says which one is missing.
     let sum_before = used[0] + used[2];
     let sum_after = later + used[2];
     assert_eq!(

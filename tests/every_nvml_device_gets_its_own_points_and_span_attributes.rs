@@ -131,11 +131,11 @@ fn three_devices_report_per_device_points_sums_and_imbalance() {
         Some((sum, sum, sum - used[1] + spike))
     );
     assert_eq!(step.int_attr("gpu.memory.delta"), Some(0));
-    for dev in 0..3usize {
-        let peak = if dev == 1 { spike } else { used[dev] };
+    for (dev, &own) in used.iter().enumerate() {
+        let peak = if dev == 1 { spike } else { own };
         assert_eq!(
             triple(step, &format!("gpu.{dev}.memory")),
-            Some((used[dev], used[dev], peak)),
+            Some((own, own, peak)),
             "per-device figures of {dev}"
         );
     }

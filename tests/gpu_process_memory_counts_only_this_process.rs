@@ -136,8 +136,6 @@ fn absent_when_the_driver_cannot_say_how_much_this_process_holds() {
 }
 
 #[test]
-#[ignore = "the sampler sums the devices that report this process's memory and treats the \
-            others as zero; run with --ignored once a partial sum is left out"]
 fn absent_when_one_of_several_devices_cannot_say_how_much_this_process_holds() {
     let fake = FakeNvml::build();
     two_devices(&fake);

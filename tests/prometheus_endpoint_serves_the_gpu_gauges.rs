@@ -41,8 +41,8 @@ fn scrapes_see_usage_limit_and_peak_per_device() {
 
     let first = get(addr, "/metrics");
     assert!(first.starts_with("HTTP/1.1 200 OK"), "{first}");
-    let usage = format!("hw_gpu_memory_usage_bytes{{gpu_index=\"1\",hw_id=\"GPU-scripted-1\",hw_name=\"Scripted GPU\",hw_type=\"gpu\",hw_vendor=\"NVIDIA\"");
-    assert!(first.contains(&usage), "{first}");
+    let usage = "hw_gpu_memory_usage_bytes{gpu_index=\"1\",hw_id=\"GPU-scripted-1\",hw_name=\"Scripted GPU\",hw_type=\"gpu\",hw_vendor=\"NVIDIA\"";
+    assert!(first.contains(usage), "{first}");
     let line = |text: &str, prefix: &str| -> f64 {
         text.lines()
             .find(|l| l.starts_with(prefix) && l.contains("hw_id=\"GPU-scripted-1\""))

@@ -1,30 +1,45 @@
 //! Checks the test receiver against opentelemetry-otlp itself, used directly:
 //! whatever the receiver reports is what a real OTLP exporter sent.
 //!
-//! They also pin down how the two transports relate to tokio, which the
-//! library's design depends on:
+//! These tests also pin down what the exporters need from tokio when driven
+//! by the SDK's thread-based `BatchSpanProcessor` and `PeriodicReader` (which
+//! export from their own plain threads with `futures_executor::block_on`):
 //!
-//! * The gRPC (tonic) exporter must be *built* inside a tokio runtime context:
-//!   building it spawns tonic's channel worker with `tokio::spawn`, which
-//!   panics anywhere else. That runtime must then keep running on threads of
-//!   its own (a multi-thread runtime) for as long as the exporter exports: the
-//!   SDK's batch span processor and periodic reader export from their own
-//!   plain threads with `futures_executor::block_on`, and those exports only
-//!   complete while the runtime drives tonic's worker and connection tasks.
-//! * The HTTP exporter with the blocking reqwest client needs no runtime at
-//!   all, and building it inside one is also fine.
+//! * gRPC (tonic): the exporter must be *built* with a tokio runtime entered,
+//!   because building spawns tonic's channel worker with `tokio::spawn`.
+//!   Exports may then be polled from any thread, runtime or not, but only
+//!   complete while that runtime keeps running on threads of its own (a
+//!   multi-thread runtime), since it drives tonic's worker and connections.
+//! * HTTP: building needs no runtime. With the async reqwest client (the
+//!   `reqwest-client` feature, which opentelemetry-otlp prefers over
+//!   `reqwest-blocking-client` when both are on), every export must be polled
+//!   with a running runtime entered: on a thread without one it panics. With
+//!   the blocking client, exports work on any thread that is not itself
+//!   inside a runtime.
+//!
+//! [`InRuntime`] below is the one wrapper that satisfies all of these: each
+//! poll of an export future runs with a dedicated multi-thread runtime
+//! entered, whatever thread the SDK polls it from.
 
 mod support;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
+};
 use opentelemetry_sdk::Resource;
 
 use support::receiver::{
@@ -36,15 +51,92 @@ const SERVICE: &str = "receiver-self-test";
 const API_KEY: &str = "x-api-key";
 const API_KEY_VALUE: &str = "s3cr3t";
 
-/// A runtime standing in for the one the library keeps for its gRPC
-/// exporters: multi-threaded, so it runs on its own worker thread whatever
-/// the calling thread does.
+/// A runtime standing in for the one a library keeps for its exporters:
+/// multi-threaded, so it makes progress on its own worker thread whatever the
+/// thread that waits on an export is doing.
 fn exporter_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("build the exporter runtime")
+}
+
+/// An exporter whose exports are always polled with `runtime` entered, so
+/// that the SDK's processor and reader threads can drive it.
+#[derive(Debug)]
+struct InRuntime<E> {
+    exporter: E,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<E> InRuntime<E> {
+    fn new(exporter: E, runtime: &tokio::runtime::Runtime) -> Self {
+        InRuntime {
+            exporter,
+            runtime: runtime.handle().clone(),
+        }
+    }
+
+    fn entered<F: Future>(&self, future: F) -> Entered<F> {
+        Entered {
+            runtime: self.runtime.clone(),
+            future: Box::pin(future),
+        }
+    }
+}
+
+/// A future polled with a runtime entered. The guard lives only inside
+/// `poll`, so the future stays `Send`.
+struct Entered<F> {
+    runtime: tokio::runtime::Handle,
+    future: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Entered<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let _entered = this.runtime.enter();
+        this.future.as_mut().poll(cx)
+    }
+}
+
+impl<E: SpanExporter> SpanExporter for InRuntime<E> {
+    fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+        self.entered(self.exporter.export(batch))
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.exporter.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.exporter.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.exporter.set_resource(resource);
+    }
+}
+
+impl<E: PushMetricExporter> PushMetricExporter for InRuntime<E> {
+    fn export(&self, metrics: &ResourceMetrics) -> impl Future<Output = OTelSdkResult> + Send {
+        self.entered(self.exporter.export(metrics))
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.exporter.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.exporter.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.exporter.temporality()
+    }
 }
 
 fn resource() -> Resource {
@@ -172,9 +264,9 @@ fn only<T: std::fmt::Debug>(mut items: Vec<T>) -> T {
 fn grpc_batch_exporter_spans_arrive_with_parent_link_typed_attributes_and_metadata() {
     let receiver = Receiver::start_grpc();
     let runtime = exporter_runtime();
-    // Building needs the runtime context; exporting does not (see below).
+    // Building needs the runtime entered; exporting does not (see below).
     let exporter = {
-        let _context = runtime.enter();
+        let _entered = runtime.enter();
         grpc_span_exporter(&receiver)
     };
     let provider = SdkTracerProvider::builder()
@@ -183,7 +275,7 @@ fn grpc_batch_exporter_spans_arrive_with_parent_link_typed_attributes_and_metada
         .build();
 
     // Spans end on this plain test thread; the batch processor's own thread
-    // exports them with no runtime context, while `runtime` does the I/O.
+    // polls the export with no runtime entered, while `runtime` does the I/O.
     let ids = record_parent_and_child(&provider);
     provider
         .shutdown()
@@ -202,7 +294,7 @@ fn grpc_simple_exporter_exports_from_the_thread_that_ends_the_span() {
     let receiver = Receiver::start_grpc();
     let runtime = exporter_runtime();
     let exporter = {
-        let _context = runtime.enter();
+        let _entered = runtime.enter();
         grpc_span_exporter(&receiver)
     };
     let provider = SdkTracerProvider::builder()
@@ -238,11 +330,30 @@ fn grpc_exporter_cannot_be_built_outside_a_tokio_runtime() {
     assert!(message.contains("Tokio 1.x runtime"), "{message}");
 }
 
-#[test]
-fn http_batch_exporter_spans_arrive_without_any_tokio_runtime() {
-    let receiver = Receiver::start_http();
+#[tokio::test]
+async fn grpc_exporter_tied_to_a_blocked_current_thread_runtime_exports_nothing() {
+    // Built here, tonic's worker lives on this test's single-threaded runtime,
+    // which cannot run it while this thread blocks in shutdown: the batch
+    // thread's export waits forever and shutdown times out.
+    let receiver = Receiver::start_grpc();
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(http_span_exporter(&receiver))
+        .with_batch_exporter(grpc_span_exporter(&receiver))
+        .build();
+    record_parent_and_child(&provider);
+
+    let shutdown = provider.shutdown_with_timeout(Duration::from_millis(300));
+    assert!(shutdown.is_err(), "{shutdown:?}");
+    assert_eq!(receiver.trace_requests(), 0);
+}
+
+#[test]
+fn http_batch_exporter_spans_arrive_when_exports_run_in_a_runtime() {
+    let receiver = Receiver::start_http();
+    let runtime = exporter_runtime();
+    // Building the HTTP exporter needs no runtime.
+    let exporter = InRuntime::new(http_span_exporter(&receiver), &runtime);
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
         .with_resource(resource())
         .build();
 
@@ -262,10 +373,11 @@ fn http_batch_exporter_spans_arrive_without_any_tokio_runtime() {
 }
 
 #[test]
-fn http_simple_exporter_spans_arrive_without_any_tokio_runtime() {
+fn http_simple_exporter_spans_arrive_when_exports_run_in_a_runtime() {
     let receiver = Receiver::start_http();
+    let runtime = exporter_runtime();
     let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(http_span_exporter(&receiver))
+        .with_simple_exporter(InRuntime::new(http_span_exporter(&receiver), &runtime))
         .with_resource(resource())
         .build();
 
@@ -278,31 +390,47 @@ fn http_simple_exporter_spans_arrive_without_any_tokio_runtime() {
 }
 
 #[tokio::test]
-async fn http_batch_exporter_built_inside_a_tokio_runtime_works() {
-    let receiver = Receiver::start_http();
-    // opentelemetry-otlp creates the blocking reqwest client on a thread of
-    // its own, so building it here, inside the test's runtime, is fine.
+async fn inside_a_tokio_test_exporters_work_on_a_runtime_of_their_own() {
+    let grpc = Receiver::start_grpc();
+    let http = Receiver::start_http();
+    // Creating a runtime inside another one is fine; dropping it here is not
+    // (tokio panics: "Cannot drop a runtime in a context where blocking is
+    // not allowed"), hence `shutdown_background` below.
+    let runtime = exporter_runtime();
+    let grpc_exporter = {
+        let _entered = runtime.enter();
+        InRuntime::new(grpc_span_exporter(&grpc), &runtime)
+    };
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(http_span_exporter(&receiver))
+        .with_batch_exporter(grpc_exporter)
+        .with_batch_exporter(InRuntime::new(http_span_exporter(&http), &runtime))
         .with_resource(resource())
         .build();
 
     let ids = record_parent_and_child(&provider);
-    // Shutdown blocks until the batch thread has exported; keep that off the
-    // runtime's only thread.
-    tokio::task::spawn_blocking(move || provider.shutdown())
-        .await
-        .expect("shutdown task")
-        .expect("shutdown flushes to the receiver");
+    // Blocking this thread is harmless: the exports run on `runtime`.
+    provider
+        .shutdown()
+        .expect("shutdown flushes to both receivers");
+    runtime.shutdown_background();
 
-    assert_parent_and_child(&receiver, ids);
+    assert_parent_and_child(&grpc, ids.clone());
+    assert_parent_and_child(&http, ids);
 }
 
 #[test]
 fn wait_for_spans_returns_once_the_predicate_holds() {
     let receiver = Receiver::start_http();
+    let runtime = exporter_runtime();
+    let exporter = InRuntime::new(http_span_exporter(&receiver), &runtime);
+    let every_100ms = BatchConfigBuilder::default()
+        .with_scheduled_delay(Duration::from_millis(100))
+        .build();
+    let processor = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(every_100ms)
+        .build();
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(http_span_exporter(&receiver))
+        .with_span_processor(processor)
         .build();
     record_parent_and_child(&provider);
     // No flush: the batch processor exports on its own schedule.
@@ -310,10 +438,10 @@ fn wait_for_spans_returns_once_the_predicate_holds() {
     assert_eq!(spans.len(), 2, "{spans:?}");
     provider.shutdown().expect("shutdown");
 
-    let none: Vec<ReceivedSpan> =
+    let timed_out: Vec<ReceivedSpan> =
         receiver.wait_for_spans(|spans| spans.len() > 2, Duration::from_millis(50));
     assert_eq!(
-        none.len(),
+        timed_out.len(),
         2,
         "returns what arrived when the wait times out"
     );
@@ -337,7 +465,7 @@ fn record_counter_and_gauge(provider: SdkMeterProvider) {
     provider.shutdown().expect("shutdown exports the metrics");
 }
 
-fn meter_provider(exporter: opentelemetry_otlp::MetricExporter) -> SdkMeterProvider {
+fn meter_provider(exporter: impl PushMetricExporter) -> SdkMeterProvider {
     // An interval longer than any test: only shutdown exports.
     let reader = PeriodicReader::builder(exporter)
         .with_interval(Duration::from_secs(3600))
@@ -350,12 +478,8 @@ fn meter_provider(exporter: opentelemetry_otlp::MetricExporter) -> SdkMeterProvi
 
 fn assert_counter_and_gauge(receiver: &Receiver) {
     assert_eq!(receiver.metric_requests(), 1);
-    assert_eq!(
-        receiver.metric_points().len(),
-        2,
-        "{:?}",
-        receiver.metric_points()
-    );
+    let points = receiver.metric_points();
+    assert_eq!(points.len(), 2, "{points:?}");
 
     let requests = only(receiver.points_named("test.requests"));
     assert_eq!(requests.kind, MetricKind::Sum { monotonic: true });
@@ -389,7 +513,7 @@ fn grpc_metric_points_arrive_through_a_periodic_reader() {
     let receiver = Receiver::start_grpc();
     let runtime = exporter_runtime();
     let exporter = {
-        let _context = runtime.enter();
+        let _entered = runtime.enter();
         opentelemetry_otlp::MetricExporter::builder()
             .with_tonic()
             .with_endpoint(receiver.endpoint())
@@ -397,7 +521,7 @@ fn grpc_metric_points_arrive_through_a_periodic_reader() {
             .build()
             .expect("build the gRPC metric exporter")
     };
-    // The periodic reader's thread exports with no runtime context.
+    // As for spans, the reader's thread needs no runtime entered for gRPC.
     record_counter_and_gauge(meter_provider(exporter));
     assert_counter_and_gauge(&receiver);
 }
@@ -405,6 +529,7 @@ fn grpc_metric_points_arrive_through_a_periodic_reader() {
 #[test]
 fn http_metric_points_arrive_through_a_periodic_reader() {
     let receiver = Receiver::start_http();
+    let runtime = exporter_runtime();
     let exporter = opentelemetry_otlp::MetricExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -412,28 +537,30 @@ fn http_metric_points_arrive_through_a_periodic_reader() {
         .with_headers(api_key_headers())
         .build()
         .expect("build the HTTP metric exporter");
-    record_counter_and_gauge(meter_provider(exporter));
+    record_counter_and_gauge(meter_provider(InRuntime::new(exporter, &runtime)));
     assert_counter_and_gauge(&receiver);
 }
 
 #[test]
 fn wait_for_points_returns_the_named_metric_once_it_arrives() {
     let receiver = Receiver::start_http();
+    let runtime = exporter_runtime();
     let exporter = opentelemetry_otlp::MetricExporter::builder()
         .with_http()
         .with_endpoint(receiver.metrics_url())
         .build()
         .expect("build the HTTP metric exporter");
-    let reader = PeriodicReader::builder(exporter)
+    let reader = PeriodicReader::builder(InRuntime::new(exporter, &runtime))
         .with_interval(Duration::from_millis(100))
         .build();
     let provider = SdkMeterProvider::builder().with_reader(reader).build();
-    let counter = provider
+    let level = provider
         .meter("m")
         .i64_up_down_counter("test.level")
         .build();
-    counter.add(-2, &[]);
+    level.add(-2, &[]);
 
+    // No flush: the reader exports on its own schedule.
     let points = receiver.wait_for_points("test.level", Duration::from_secs(30));
     assert!(!points.is_empty());
     assert_eq!(points[0].kind, MetricKind::Sum { monotonic: false });

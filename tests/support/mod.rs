@@ -2,7 +2,10 @@
 
 pub mod example;
 pub mod fake_nvml;
+pub mod http;
 pub mod receiver;
+pub mod rotel_debug;
 pub mod sampling;
 pub mod scripted;
+pub mod servers;
 pub mod setup;

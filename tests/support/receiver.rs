@@ -124,6 +124,11 @@ impl Receiver {
         }
     }
 
+    /// Same as the free function [`unused_endpoint`].
+    pub fn unused_endpoint() -> String {
+        unused_endpoint()
+    }
+
     pub fn protocol(&self) -> Protocol {
         self.protocol
     }
@@ -676,43 +681,32 @@ async fn serve_http(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
         .expect("OTLP/HTTP test receiver failed");
 }
 
+/// Why an OTLP/HTTP request was refused, sent back as a plain-text body.
+type Rejection = (HttpStatus, String);
+
 async fn http_traces(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let encoding = match BodyEncoding::of(&headers) {
-        Ok(encoding) => encoding,
-        Err(rejection) => return rejection,
-    };
-    match encoding.decode::<ExportTraceServiceRequest>(&body) {
-        Ok(request) => {
-            shared.record_traces(RequestHeaders::from_http(Signal::Traces, &headers), request);
-            encoding.reply(&ExportTraceServiceResponse::default())
-        }
-        Err(rejection) => rejection,
-    }
+) -> Result<Response, Rejection> {
+    let encoding = BodyEncoding::of(&headers)?;
+    let request: ExportTraceServiceRequest = encoding.decode(&body)?;
+    shared.record_traces(RequestHeaders::from_http(Signal::Traces, &headers), request);
+    Ok(encoding.reply(&ExportTraceServiceResponse::default()))
 }
 
 async fn http_metrics(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let encoding = match BodyEncoding::of(&headers) {
-        Ok(encoding) => encoding,
-        Err(rejection) => return rejection,
-    };
-    match encoding.decode::<ExportMetricsServiceRequest>(&body) {
-        Ok(request) => {
-            shared.record_metrics(
-                RequestHeaders::from_http(Signal::Metrics, &headers),
-                request,
-            );
-            encoding.reply(&ExportMetricsServiceResponse::default())
-        }
-        Err(rejection) => rejection,
-    }
+) -> Result<Response, Rejection> {
+    let encoding = BodyEncoding::of(&headers)?;
+    let request: ExportMetricsServiceRequest = encoding.decode(&body)?;
+    shared.record_metrics(
+        RequestHeaders::from_http(Signal::Metrics, &headers),
+        request,
+    );
+    Ok(encoding.reply(&ExportMetricsServiceResponse::default()))
 }
 
 /// The two OTLP/HTTP body encodings; the reply uses the request's.
@@ -723,7 +717,7 @@ enum BodyEncoding {
 }
 
 impl BodyEncoding {
-    fn of(headers: &HeaderMap) -> Result<BodyEncoding, Response> {
+    fn of(headers: &HeaderMap) -> Result<BodyEncoding, Rejection> {
         let content_type = headers
             .get(header::CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
@@ -734,7 +728,7 @@ impl BodyEncoding {
             Ok(BodyEncoding::Json)
         } else {
             let message = format!("unsupported content-type {content_type:?}");
-            Err((HttpStatus::UNSUPPORTED_MEDIA_TYPE, message).into_response())
+            Err((HttpStatus::UNSUPPORTED_MEDIA_TYPE, message))
         }
     }
 
@@ -745,7 +739,7 @@ impl BodyEncoding {
         }
     }
 
-    fn decode<T>(self, body: &[u8]) -> Result<T, Response>
+    fn decode<T>(self, body: &[u8]) -> Result<T, Rejection>
     where
         T: Message + Default + serde::de::DeserializeOwned,
     {
@@ -755,7 +749,7 @@ impl BodyEncoding {
         };
         decoded.map_err(|error| {
             let message = format!("cannot decode the OTLP request: {error}");
-            (HttpStatus::BAD_REQUEST, message).into_response()
+            (HttpStatus::BAD_REQUEST, message)
         })
     }
 

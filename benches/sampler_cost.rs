@@ -1,0 +1,150 @@
+//! CPU the sampler thread uses per second of sampling, at 1, 5, 10 and 100 ms with 1 and 8
+//! fake NVML devices.
+//!
+//! Each configuration builds gpuspan with no exporter (traces and metrics `none`), so the
+//! only thread it starts is `gpuspan-sampler`, and reads that thread's CPU clock
+//! (`clock_gettime` on the kernel's per-thread CPU clock, nanosecond resolution) over a
+//! window of wall time. The ratio CPU / wall is the share of one core.
+//!
+//! Baseline, measured in the same process right before: a thread named
+//! `bench-idle-ticker` that wakes on the same schedule with `park_timeout` and does nothing,
+//! which is the floor any sampler thread pays for its wake-ups.
+//!
+//! The fake library answers from memory; a real driver's `nvmlDeviceGetMemoryInfo` and
+//! process queries go through `ioctl`s into the kernel module and cost more per device (see
+//! BENCHMARKS.md). The figures here are what gpuspan itself costs.
+//!
+//! `cargo bench --bench sampler_cost` (GPUSPAN_BENCH_WINDOW_S=seconds per configuration,
+//! default 5).
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "../tests/support/fake_nvml.rs"]
+#[allow(dead_code)]
+mod fake_nvml;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpuspan::{Exporter, Telemetry};
+
+use fake_nvml::FakeNvml;
+
+const SAMPLER: &str = "gpuspan-sampler";
+const IDLE: &str = "bench-idle-ticker";
+
+/// CPU share of one core of the threads named `name` over `window`.
+fn share(name: &str, window: Duration) -> (f64, Duration) {
+    let cpu0 = common::threads_cpu(name);
+    let t0 = Instant::now();
+    std::thread::sleep(window);
+    let cpu = common::threads_cpu(name) - cpu0;
+    let wall = t0.elapsed();
+    (cpu.as_secs_f64() / wall.as_secs_f64(), cpu)
+}
+
+/// A thread that keeps the sampler's schedule and does nothing else.
+fn idle_ticker(interval: Duration) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let handle = std::thread::Builder::new()
+        .name(IDLE.into())
+        .spawn(move || {
+            let mut next = Instant::now() + interval;
+            let mut ticks = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                let now = Instant::now();
+                if now < next {
+                    std::thread::park_timeout(next - now);
+                    continue;
+                }
+                ticks += 1;
+                next += interval;
+                let now = Instant::now();
+                if next < now {
+                    next = now + interval;
+                }
+            }
+            ticks
+        })
+        .expect("spawn the idle ticker");
+    (stop, handle)
+}
+
+fn main() {
+    let full = common::full_run();
+    let window = std::env::var("GPUSPAN_BENCH_WINDOW_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(Duration::from_secs_f64)
+        .unwrap_or(if full {
+            Duration::from_secs(5)
+        } else {
+            Duration::from_millis(300)
+        });
+    println!("sampler cost: {} s per configuration", window.as_secs_f64());
+    println!("before: {}", common::machine());
+    println!(
+        "{:>8} {:>7} {:>12} {:>12} {:>10} {:>12} {:>12} {:>11} {:>10}",
+        "interval",
+        "devices",
+        "sampler %cpu",
+        "idle %cpu",
+        "ratio",
+        "µs/tick",
+        "ticks/s",
+        "max gap ms",
+        "load1"
+    );
+    for interval_ms in [1u64, 5, 10, 100] {
+        let interval = Duration::from_millis(interval_ms);
+        for devices in [1u32, 8] {
+            // Baseline: the wake-ups alone.
+            let (stop, idle) = idle_ticker(interval);
+            std::thread::sleep(Duration::from_millis(50));
+            let (idle_share, _) = share(IDLE, window);
+            stop.store(true, Ordering::Relaxed);
+            idle.thread().unpark();
+            idle.join().expect("idle ticker");
+
+            let fake = FakeNvml::build();
+            fake.set_device_count(devices);
+            let telemetry = Telemetry::builder()
+                .summary(false)
+                .flush_on_signal(false)
+                .nvml_lib(fake.path())
+                .sample_interval(interval)
+                .traces_exporter(Exporter::None)
+                .metrics_exporter(Exporter::None)
+                .build()
+                .expect("gpuspan builds");
+            assert_eq!(telemetry.devices().len(), devices as usize);
+            // The thread names itself once it runs.
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(
+                common::threads_named(SAMPLER).len(),
+                1,
+                "exactly one sampler thread runs"
+            );
+            let ticks0 = telemetry.sampler_stats().map_or(0, |s| s.samples);
+            let (sampler_share, cpu) = share(SAMPLER, window);
+            let stats = telemetry.sampler_stats().expect("sampler stats");
+            let ticks = stats.samples - ticks0;
+            telemetry.shutdown().expect("shutdown");
+            println!(
+                "{:>6}ms {:>7} {:>11.3}% {:>11.3}% {:>9.1}x {:>12.2} {:>12.1} {:>11.2} {:>10}",
+                interval_ms,
+                devices,
+                sampler_share * 100.0,
+                idle_share * 100.0,
+                sampler_share / idle_share,
+                cpu.as_secs_f64() * 1e6 / ticks.max(1) as f64,
+                ticks as f64 / window.as_secs_f64(),
+                stats.max_gap.as_secs_f64() * 1e3,
+                common::load().split(' ').next().unwrap_or("?"),
+            );
+        }
+    }
+    println!("after: load average {}", common::load());
+}
