@@ -412,12 +412,6 @@ impl Inner {
         })?;
         let resource = crate::resource::build(&settings);
 
-        let needs_runtime = [&settings.traces, &settings.metrics]
-            .iter()
-            .any(|d| matches!(d, Destination::Otlp(_)));
-        let runtime = needs_runtime.then(otlp::runtime).transpose()?;
-        let handle = runtime.as_ref().map(|r| r.handle().clone());
-
         let uses_run_dir = [&settings.traces, &settings.metrics]
             .iter()
             .any(|d| matches!(d, Destination::RunDir));
@@ -431,100 +425,18 @@ impl Inner {
         } else {
             None
         };
-        let open_lines = |file: &str| -> Result<Lines, InitError> {
-            let dir = run_dir.as_deref().unwrap_or(Path::new("."));
-            Lines::file(&dir.join(file)).map_err(|source| InitError::RunDir {
-                path: dir.join(file),
-                source,
-            })
+        let mut pipes = Pipes {
+            runtime: None,
+            run_dir: run_dir.as_deref(),
+            health: Vec::new(),
         };
-
-        let mut health = Vec::new();
-        let mut tracer_builder = SdkTracerProvider::builder().with_resource(resource.clone());
-        let queue = QueueConfig::default();
-        let spawn_error = |source| InitError::Thread {
-            what: "span export",
-            source,
-        };
-        let span_health = |destination: String| {
-            let h = Arc::new(ExportHealth::new(destination, "span"));
-            (Arc::clone(&h), h)
-        };
-        match &settings.traces {
-            Destination::Otlp(target) => {
-                let handle = handle.clone().ok_or_else(|| missing_runtime("traces"))?;
-                let exporter = otlp::span_exporter(target, &handle)?;
-                let (h, kept) = span_health(target.endpoint.clone());
-                health.push(kept);
-                let processor =
-                    QueueProcessor::start(exporter, Some(handle), queue, h).map_err(spawn_error)?;
-                tracer_builder = tracer_builder.with_span_processor(processor);
-            }
-            Destination::RunDir | Destination::Console => {
-                let (lines, name) = if settings.traces == Destination::Console {
-                    (Lines::stdout(), "standard output".to_owned())
-                } else {
-                    let lines = open_lines(runlog::TRACES_FILE)?;
-                    let name = run_dir
-                        .as_deref()
-                        .unwrap_or(Path::new("."))
-                        .join(runlog::TRACES_FILE)
-                        .display()
-                        .to_string();
-                    (lines, name)
-                };
-                let (h, kept) = span_health(name);
-                health.push(kept);
-                let exporter = JsonlSpanExporter::new(lines, &resource);
-                let processor =
-                    QueueProcessor::start(exporter, None, queue, h).map_err(spawn_error)?;
-                tracer_builder = tracer_builder.with_span_processor(processor);
-            }
-            Destination::None => {}
-        }
-        let tracer_provider = tracer_builder.build();
+        let tracer_provider = pipes.tracer_provider(&settings.traces, &resource)?;
         let tracer = tracer_provider.tracer("gpuspan");
-
-        let mut meter_builder = SdkMeterProvider::builder().with_resource(resource.clone());
-        let interval = settings.metric_interval;
-        match &settings.metrics {
-            Destination::Otlp(target) => {
-                let handle = handle.clone().ok_or_else(|| missing_runtime("metrics"))?;
-                let h = Arc::new(ExportHealth::new(target.endpoint.clone(), "metric point"));
-                health.push(Arc::clone(&h));
-                let exporter = otlp::metric_exporter(target, &handle, h)?;
-                meter_builder = meter_builder.with_reader(
-                    PeriodicReader::builder(exporter)
-                        .with_interval(interval)
-                        .build(),
-                );
-            }
-            Destination::RunDir | Destination::Console => {
-                let (lines, name) = if settings.metrics == Destination::Console {
-                    (Lines::stdout(), "standard output".to_owned())
-                } else {
-                    let lines = open_lines(runlog::METRICS_FILE)?;
-                    let name = run_dir
-                        .as_deref()
-                        .unwrap_or(Path::new("."))
-                        .join(runlog::METRICS_FILE)
-                        .display()
-                        .to_string();
-                    (lines, name)
-                };
-                let h = Arc::new(ExportHealth::new(name, "metric point"));
-                health.push(Arc::clone(&h));
-                let exporter =
-                    CountingMetricExporter::new(JsonlMetricExporter::new(lines), None, h);
-                meter_builder = meter_builder.with_reader(
-                    PeriodicReader::builder(exporter)
-                        .with_interval(interval)
-                        .build(),
-                );
-            }
-            Destination::None => {}
-        }
-        let meter_provider = meter_builder.build();
+        let meter_provider =
+            pipes.meter_provider(&settings.metrics, &resource, settings.metric_interval)?;
+        let Pipes {
+            runtime, health, ..
+        } = pipes;
         let prometheus = match settings.prometheus_addr {
             Some(addr) => Some(start_prometheus(addr, resource.clone())?),
             None => None,
@@ -678,11 +590,105 @@ fn start_prometheus(
     })
 }
 
-fn missing_runtime(signal: &'static str) -> InitError {
-    InitError::Exporter {
-        signal,
-        endpoint: String::new(),
-        reason: "no export runtime".into(),
+/// Builds the export pipelines of both signals: the runtime OTLP needs (made on first use),
+/// the run directory's files, and the loss counters reported at shutdown.
+struct Pipes<'a> {
+    runtime: Option<tokio::runtime::Runtime>,
+    run_dir: Option<&'a Path>,
+    health: Vec<Arc<ExportHealth>>,
+}
+
+impl Pipes<'_> {
+    fn runtime(&mut self) -> Result<tokio::runtime::Handle, InitError> {
+        let runtime = match self.runtime.take() {
+            Some(runtime) => runtime,
+            None => otlp::runtime()?,
+        };
+        Ok(self.runtime.insert(runtime).handle().clone())
+    }
+
+    /// Standard output, or `file` in the run directory, with its name for messages.
+    fn lines(&self, destination: &Destination, file: &str) -> Result<(Lines, String), InitError> {
+        if *destination == Destination::Console {
+            return Ok((Lines::stdout(), "standard output".to_owned()));
+        }
+        let path = self.run_dir.unwrap_or(Path::new(".")).join(file);
+        let lines = Lines::file(&path).map_err(|source| InitError::RunDir {
+            path: path.clone(),
+            source,
+        })?;
+        Ok((lines, path.display().to_string()))
+    }
+
+    fn health(&mut self, destination: String, item: &'static str) -> Arc<ExportHealth> {
+        let health = Arc::new(ExportHealth::new(destination, item));
+        self.health.push(Arc::clone(&health));
+        health
+    }
+
+    fn tracer_provider(
+        &mut self,
+        destination: &Destination,
+        resource: &opentelemetry_sdk::Resource,
+    ) -> Result<SdkTracerProvider, InitError> {
+        let builder = SdkTracerProvider::builder().with_resource(resource.clone());
+        let queue = QueueConfig::default();
+        let spawn_error = |source| InitError::Thread {
+            what: "span export",
+            source,
+        };
+        let processor = match destination {
+            Destination::None => return Ok(builder.build()),
+            Destination::Otlp(target) => {
+                let handle = self.runtime()?;
+                let exporter = otlp::span_exporter(target, &handle)?;
+                let health = self.health(target.endpoint.clone(), "span");
+                QueueProcessor::start(exporter, Some(handle), queue, health)
+            }
+            Destination::RunDir | Destination::Console => {
+                let (lines, name) = self.lines(destination, runlog::TRACES_FILE)?;
+                let health = self.health(name, "span");
+                let exporter = JsonlSpanExporter::new(lines, resource);
+                QueueProcessor::start(exporter, None, queue, health)
+            }
+        };
+        Ok(builder
+            .with_span_processor(processor.map_err(spawn_error)?)
+            .build())
+    }
+
+    fn meter_provider(
+        &mut self,
+        destination: &Destination,
+        resource: &opentelemetry_sdk::Resource,
+        interval: Duration,
+    ) -> Result<SdkMeterProvider, InitError> {
+        let builder = SdkMeterProvider::builder().with_resource(resource.clone());
+        let builder = match destination {
+            Destination::None => builder,
+            Destination::Otlp(target) => {
+                let handle = self.runtime()?;
+                let health = self.health(target.endpoint.clone(), "metric point");
+                let exporter = otlp::metric_exporter(target, &handle, health)?;
+                builder.with_reader(
+                    PeriodicReader::builder(exporter)
+                        .with_interval(interval)
+                        .build(),
+                )
+            }
+            Destination::RunDir | Destination::Console => {
+                let (lines, name) = self.lines(destination, runlog::METRICS_FILE)?;
+                let health = self.health(name, "metric point");
+                let exporter =
+                    CountingMetricExporter::new(JsonlMetricExporter::new(lines), None, health);
+                builder.with_reader(
+                    PeriodicReader::builder(exporter)
+                        .with_interval(interval)
+                        .build(),
+                )
+            }
+        };
+        Ok(builder.build())
     }
 }
 
