@@ -73,7 +73,7 @@ fn usage_limit_and_the_peak_between_scrapes_reach_prometheus() {
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+            "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n\
              scrape_configs:\n  - job_name: gpuspan\n    static_configs:\n      - targets: ['{target}']\n"
         ),
     )

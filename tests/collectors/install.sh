@@ -3,11 +3,14 @@
 #   - rotel (a Rust OpenTelemetry collector, from PyPI) and the MLflow tracking server, in a
 #     Python venv at target/collectors/venv;
 #   - Prometheus, from Debian's packages, when `prometheus` is not on PATH.
-# and links them as target/collectors/bin/{rotel,mlflow,prometheus}.
+# and links them as target/collectors/bin/{rotel,mlflow,prometheus,promtool}.
 #
 # Idempotent and quick once installed (a stamp file records what the venv holds), and safe to
 # run from several test processes at once (flock). Runs as root for apt-get; no service is
 # left running (the tests start their own servers on free ports).
+#
+# Time on a 2-core machine: about 15 s for the venv on a cold package cache (uv; pip takes
+# about 50 s), 10 s for apt-get update and prometheus, 0.2 s when everything is in place.
 #
 # Environment: COLLECTORS_DIR (default <repo>/target/collectors), PYTHON (default python3.11,
 # else python3; 3.10 or newer).
@@ -21,7 +24,8 @@ dir="${COLLECTORS_DIR:-$repo/target/collectors}"
 venv="$dir/venv"
 bin="$dir/bin"
 stamp="$venv/.gpuspan-installed"
-want="rotel==$ROTEL_VERSION mlflow==$MLFLOW_VERSION"
+packages=("rotel==$ROTEL_VERSION" "mlflow==$MLFLOW_VERSION")
+want="${packages[*]}"
 
 mkdir -p "$dir"
 exec 9>"$dir/install.lock"
@@ -45,7 +49,7 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     "$python" -m venv "$venv"
     # uv resolves and installs mlflow's ~90 packages several times faster than pip.
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check uv
-    "$venv/bin/python" -m uv pip install --quiet --python "$venv/bin/python" $want
+    "$venv/bin/python" -m uv pip install --quiet --python "$venv/bin/python" "${packages[@]}"
     echo "$want" >"$stamp"
 fi
 
@@ -54,19 +58,17 @@ if ! command -v prometheus >/dev/null 2>&1; then
     say "installing prometheus from Debian's packages"
     export DEBIAN_FRONTEND=noninteractive
     # The package's maintainer scripts try to start the service: forbid it for this install.
-    own_policy=""
     if [[ ! -e /usr/sbin/policy-rc.d ]]; then
         printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
         chmod 755 /usr/sbin/policy-rc.d
-        own_policy=1
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     fi
-    status=0
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } || status=$?
-    [[ -n "$own_policy" ]] && rm -f /usr/sbin/policy-rc.d
-    if [[ $status -ne 0 ]]; then
-        say "apt-get install prometheus failed ($status)"
-        exit $status
-    fi
+    apt=(apt-get -qq -o DPkg::Lock::Timeout=300)
+    "${apt[@]}" update
+    "${apt[@]}" install -y --no-install-recommends prometheus >/dev/null || {
+        say "apt-get install prometheus failed"
+        exit 1
+    }
 fi
 
 # --- Stable paths for the tests -------------------------------------------------------------
