@@ -6,36 +6,9 @@ mod support;
 use std::path::Path;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use support::example::run_train;
+use support::example::{int, read_spans, run_train};
 use support::fake_nvml::FakeNvml;
-
-fn read_spans(dir: &Path) -> Vec<Span> {
-    let text = std::fs::read_to_string(dir.join("traces.jsonl")).unwrap();
-    let mut spans = Vec::new();
-    for line in text.lines() {
-        let request: ExportTraceServiceRequest =
-            serde_json::from_str(line).expect("each line is an OTLP/JSON export request");
-        for resource in request.resource_spans {
-            for scope in resource.scope_spans {
-                spans.extend(scope.spans);
-            }
-        }
-    }
-    spans
-}
-
-fn int(span: &Span, key: &str) -> Option<i64> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
-            Value::IntValue(v) => Some(*v),
-            _ => None,
-        })
-}
 
 fn metric_names(dir: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();

@@ -1,7 +1,11 @@
 //! Running the `train` example as a user would, as a separate process.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
 
 /// The example binary `cargo test` built next to the test binaries.
 pub fn train_binary() -> PathBuf {
@@ -32,4 +36,32 @@ pub fn run_train(args: &[&str], envs: &[(&str, &str)]) -> Output {
     }
     command.envs(envs.iter().copied());
     command.output().expect("train runs")
+}
+
+/// Every span in a run directory's `traces.jsonl`, each line parsed as an OTLP/JSON export
+/// request.
+pub fn read_spans(dir: &Path) -> Vec<Span> {
+    let text = std::fs::read_to_string(dir.join("traces.jsonl")).expect("traces.jsonl");
+    let mut spans = Vec::new();
+    for line in text.lines() {
+        let request: ExportTraceServiceRequest =
+            serde_json::from_str(line).expect("each line is an OTLP/JSON export request");
+        for resource in request.resource_spans {
+            for scope in resource.scope_spans {
+                spans.extend(scope.spans);
+            }
+        }
+    }
+    spans
+}
+
+/// An integer attribute of a span read from a run directory.
+pub fn int(span: &Span, key: &str) -> Option<i64> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            Value::IntValue(v) => Some(*v),
+            _ => None,
+        })
 }
