@@ -7,7 +7,8 @@
 //! standard output.
 //!
 //! - `steps N ROUNDS`: per-step time of an empty loop and of `step_span!(i)` (sampler at the
-//!   default 5 ms, spans exported over OTLP/gRPC to an in-process receiver), N steps per
+//!   default 5 ms, spans and metrics exported over OTLP/gRPC to an in-process receiver,
+//!   metrics at the default 60 s interval), N steps per
 //!   round in chunks of 1024 with a flush between chunks outside the timed region (as the
 //!   Python side does with `force_flush`); medians over rounds.
 //! - `spikes SECONDS`: back-to-back 10 ms steps for SECONDS under gpuspan at its default
@@ -46,16 +47,27 @@ fn builder(receiver: &Receiver) -> gpuspan::Builder {
 
 /// One instrumented step; a function of its own so a profiler can single it out
 /// (`valgrind --tool=callgrind --toggle-collect='*one_step*'`).
+/// With `GPUSPAN_BENCH_SPAN=plain`, a plain `tracing::info_span!("step", ml.step = i)`
+/// instead, for profiles of the baseline.
 #[inline(never)]
 fn one_step(i: u64) {
-    let _s = gpuspan::step_span!(black_box(i));
+    if plain() {
+        let _s = tracing::info_span!("step", ml.step = black_box(i)).entered();
+    } else {
+        let _s = gpuspan::step_span!(black_box(i));
+    }
+}
+
+fn plain() -> bool {
+    static PLAIN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PLAIN.get_or_init(|| std::env::var("GPUSPAN_BENCH_SPAN").is_ok_and(|v| v == "plain"))
 }
 
 fn steps(n: u64, rounds: usize) {
     let receiver = Receiver::start_grpc();
     let telemetry = builder(&receiver)
         .traces_exporter(Exporter::Otlp)
-        .metrics_exporter(Exporter::None)
+        .metrics_exporter(Exporter::Otlp)
         .build()
         .expect("gpuspan builds");
     let devices = telemetry.devices().len();
@@ -90,7 +102,8 @@ fn steps(n: u64, rounds: usize) {
         step.push(timed(true));
     }
     println!(
-        "{{\"lang\": \"rust\", \"devices\": {devices}, \"source\": {:?}, \"steps\": {n}, \"rounds\": {rounds}, \"empty_ns\": {:.1}, \"step_ns\": {:.1}}}",
+        "{{\"lang\": \"rust\", \"span\": {:?}, \"devices\": {devices}, \"source\": {:?}, \"steps\": {n}, \"rounds\": {rounds}, \"empty_ns\": {:.1}, \"step_ns\": {:.1}}}",
+        if plain() { "info_span!" } else { "step_span!" },
         telemetry.memory_source().unwrap_or("none"),
         common::median(&empty),
         common::median(&step)

@@ -1,9 +1,13 @@
 //! End to end: the `train` example for 10,000 steps (`--epochs 10 --steps 1000
 //! --batch-size 8 --hidden 16`), with `OTEL_SDK_DISABLED=true` against gpuspan enabled
 //! (the default run directory, in a temporary directory), with no GPU source and with the
-//! fake NVML library (1 device). Wall time and CPU time (user + system, `getrusage` of the
+//! fake NVML library (1 device), and with both exporters `none` (spans and sampler on the
+//! training side, nothing written), which tells the training thread's share from the
+//! export's. Wall time and CPU time (user + system, `getrusage` of the
 //! waited-for child) per run; the configurations take turns, round after round, and the
-//! ratios are medians of per-round ratios against the disabled run of the same round.
+//! ratios are medians of per-round ratios against the disabled run of the same round. Each
+//! configuration also runs with `--steps 0` (start-up, 10 empty epochs, shutdown), so the
+//! cost per step can be told apart from the fixed cost of starting and stopping.
 //!
 //! Needs the release example: `cargo build --release --example train` first (running cargo
 //! from inside `cargo bench` would wait on its own build lock).
@@ -101,56 +105,87 @@ fn main() {
         ("disabled", vec![("OTEL_SDK_DISABLED", "true".into())]),
         ("enabled, no GPU source", vec![]),
         (
+            "enabled, exporters none",
+            vec![
+                ("OTEL_TRACES_EXPORTER", "none".into()),
+                ("OTEL_METRICS_EXPORTER", "none".into()),
+            ],
+        ),
+        (
             "enabled, fake NVML 1 device",
             vec![("GPUSPAN_NVML_LIB", fake_path)],
         ),
     ];
+    // The same three with `--steps 0`: start-up and shutdown alone (and 10 epoch spans).
+    let idle_args: Vec<&str> = args
+        .iter()
+        .map(|a| if *a == steps_per_epoch { "0" } else { a })
+        .collect();
     println!(
-        "end to end: train {} ({steps} steps), {rounds} rounds",
+        "end to end: train {} ({steps} steps), {rounds} rounds; also with --steps 0 \
+         (start-up and shutdown only)",
         args.join(" ")
     );
     println!("before: {}", common::machine());
     // Warm the page cache and the binary once.
     run(&binary, &args, &configs[0].1);
-    let mut walls = vec![Vec::new(); configs.len()];
-    let mut cpus = vec![Vec::new(); configs.len()];
+    let n = configs.len();
+    // Index i: configuration i % n, with 10,000 steps for i < n, with 0 steps after.
+    let mut walls = vec![Vec::new(); 2 * n];
+    let mut cpus = vec![Vec::new(); 2 * n];
     for round in 0..rounds {
         // Rotate the order so no configuration always runs first.
-        for k in 0..configs.len() {
-            let i = (k + round) % configs.len();
-            let r = run(&binary, &args, &configs[i].1);
+        for k in 0..2 * n {
+            let i = (k + round) % (2 * n);
+            let a: &[&str] = if i < n { &args } else { &idle_args };
+            let r = run(&binary, a, &configs[i % n].1);
             walls[i].push(r.wall.as_secs_f64());
             cpus[i].push(r.cpu.as_secs_f64());
         }
     }
     println!(
-        "{:<28} {:>12} {:>12} {:>11} {:>11} {:>16} {:>16}",
-        "configuration",
-        "wall ms",
-        "cpu ms",
-        "wall ratio",
-        "cpu ratio",
-        "wall µs/step +",
-        "cpu µs/step +"
+        "{:<28} {:>6} {:>10} {:>10} {:>11} {:>10}",
+        "configuration", "steps", "wall ms", "cpu ms", "wall ratio", "cpu ratio"
     );
-    for (i, (name, _)) in configs.iter().enumerate() {
-        let ratio = |v: &[Vec<f64>]| {
-            let per_round: Vec<f64> = v[i].iter().zip(&v[0]).map(|(x, d)| x / d).collect();
-            common::median(&per_round)
-        };
-        let per_step = |v: &[Vec<f64>]| {
-            let per_round: Vec<f64> = v[i].iter().zip(&v[0]).map(|(x, d)| x - d).collect();
-            common::median(&per_round) * 1e6 / steps as f64
-        };
+    let ratio = |v: &[Vec<f64>], i: usize, base: usize| {
+        let per_round: Vec<f64> = v[i].iter().zip(&v[base]).map(|(x, d)| x / d).collect();
+        common::median(&per_round)
+    };
+    for i in 0..2 * n {
+        let base = if i < n { 0 } else { n };
         println!(
-            "{:<28} {:>12.1} {:>12.1} {:>10.2}x {:>10.2}x {:>16.2} {:>16.2}",
-            name,
+            "{:<28} {:>6} {:>10.1} {:>10.1} {:>10.2}x {:>9.2}x",
+            configs[i % n].0,
+            if i < n { steps } else { 0 },
             common::median(&walls[i]) * 1e3,
             common::median(&cpus[i]) * 1e3,
-            ratio(&walls),
-            ratio(&cpus),
-            per_step(&walls),
-            per_step(&cpus),
+            ratio(&walls, i, base),
+            ratio(&cpus, i, base),
+        );
+    }
+    // Per step, start-up and shutdown taken out: ((enabled - enabled with 0 steps) -
+    // (disabled - disabled with 0 steps)) / steps, per round, median.
+    println!("added per step, start-up and shutdown taken out (median over rounds):");
+    for i in 1..n {
+        let marginal = |v: &[Vec<f64>]| {
+            let per_round: Vec<f64> = (0..v[i].len())
+                .map(|r| ((v[i][r] - v[i + n][r]) - (v[0][r] - v[n][r])) * 1e6 / steps as f64)
+                .collect();
+            common::median(&per_round)
+        };
+        let fixed = |v: &[Vec<f64>]| {
+            let per_round: Vec<f64> = (0..v[i].len())
+                .map(|r| (v[i + n][r] - v[n][r]) * 1e3)
+                .collect();
+            common::median(&per_round)
+        };
+        println!(
+            "  {:<28} wall {:>6.2} µs/step, cpu {:>6.2} µs/step; start-up + shutdown wall {:>6.1} ms, cpu {:>6.1} ms",
+            configs[i].0,
+            marginal(&walls),
+            marginal(&cpus),
+            fixed(&walls),
+            fixed(&cpus),
         );
     }
     println!("after: load average {}", common::load());

@@ -7,7 +7,7 @@
 //! window of wall time. The ratio CPU / wall is the share of one core.
 //!
 //! Baseline, measured in the same process right before: a thread named
-//! `bench-idle-ticker` that wakes on the same schedule with `park_timeout` and does nothing,
+//! `idle-ticker` that wakes on the same schedule with `park_timeout` and does nothing,
 //! which is the floor any sampler thread pays for its wake-ups.
 //!
 //! The fake library answers from memory; a real driver's `nvmlDeviceGetMemoryInfo` and
@@ -15,7 +15,8 @@
 //! BENCHMARKS.md). The figures here are what gpuspan itself costs.
 //!
 //! `cargo bench --bench sampler_cost` (GPUSPAN_BENCH_WINDOW_S=seconds per configuration,
-//! default 5).
+//! default 5; GPUSPAN_BENCH_REAL_NVML=1 to read the system's NVML devices instead of the
+//! fake, on a machine with NVIDIA GPUs).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -32,7 +33,7 @@ use gpuspan::{Exporter, Telemetry};
 use fake_nvml::FakeNvml;
 
 const SAMPLER: &str = "gpuspan-sampler";
-const IDLE: &str = "bench-idle-ticker";
+const IDLE: &str = "idle-ticker";
 
 /// CPU share of one core of the threads named `name` over `window`.
 fn share(name: &str, window: Duration) -> (f64, Duration) {
@@ -83,7 +84,32 @@ fn main() {
         } else {
             Duration::from_millis(300)
         });
-    println!("sampler cost: {} s per configuration", window.as_secs_f64());
+    // GPUSPAN_BENCH_REAL_NVML=1: the system's NVML and its first 1 and (where there are
+    // that many) 8 devices, on a machine with NVIDIA GPUs, instead of the fake library.
+    let real = std::env::var_os("GPUSPAN_BENCH_REAL_NVML").is_some();
+    let device_counts: Vec<u32> = if real {
+        let available = Telemetry::builder()
+            .summary(false)
+            .flush_on_signal(false)
+            .traces_exporter(Exporter::None)
+            .metrics_exporter(Exporter::None)
+            .build()
+            .expect("gpuspan builds")
+            .devices()
+            .len() as u32;
+        [1, 8].into_iter().filter(|&n| n <= available).collect()
+    } else {
+        vec![1, 8]
+    };
+    println!(
+        "sampler cost: {} s per configuration, {}",
+        window.as_secs_f64(),
+        if real {
+            "system NVML"
+        } else {
+            "fake NVML library"
+        }
+    );
     println!("before: {}", common::machine());
     println!(
         "{:>8} {:>7} {:>12} {:>12} {:>10} {:>12} {:>12} {:>11} {:>10}",
@@ -99,7 +125,7 @@ fn main() {
     );
     for interval_ms in [1u64, 5, 10, 100] {
         let interval = Duration::from_millis(interval_ms);
-        for devices in [1u32, 8] {
+        for devices in device_counts.iter().copied() {
             // Baseline: the wake-ups alone.
             let (stop, idle) = idle_ticker(interval);
             std::thread::sleep(Duration::from_millis(50));
@@ -108,18 +134,34 @@ fn main() {
             idle.thread().unpark();
             idle.join().expect("idle ticker");
 
-            let fake = FakeNvml::build();
-            fake.set_device_count(devices);
-            let telemetry = Telemetry::builder()
+            let fake = (!real).then(|| {
+                let fake = FakeNvml::build();
+                fake.set_device_count(devices);
+                fake
+            });
+            let mut builder = Telemetry::builder()
                 .summary(false)
                 .flush_on_signal(false)
-                .nvml_lib(fake.path())
                 .sample_interval(interval)
                 .traces_exporter(Exporter::None)
-                .metrics_exporter(Exporter::None)
-                .build()
-                .expect("gpuspan builds");
-            assert_eq!(telemetry.devices().len(), devices as usize);
+                .metrics_exporter(Exporter::None);
+            if let Some(fake) = &fake {
+                builder = builder.nvml_lib(fake.path());
+            } else {
+                builder = builder.devices(
+                    (0..devices)
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                );
+            }
+            let telemetry = builder.build().expect("gpuspan builds");
+            assert_eq!(
+                telemetry.devices().len(),
+                devices as usize,
+                "devices in scope (source {:?})",
+                telemetry.memory_source()
+            );
             // The thread names itself once it runs.
             std::thread::sleep(Duration::from_millis(50));
             assert_eq!(

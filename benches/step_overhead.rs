@@ -9,8 +9,11 @@
 //!
 //! (b) and (c) share one subscriber per device count: gpuspan's own layer
 //! (`Telemetry::layer()`, which is tracing-opentelemetry's layer plus gpuspan's marker
-//! layer) built with `.traces_exporter(Exporter::Otlp)`. Both go through the same span
-//! processor, exporter, receiver and sampler thread; only the span differs.
+//! layer) built with `.traces_exporter(Exporter::Otlp)` and `.metrics_exporter(Exporter::Otlp)`
+//! (at the default 60 s interval, so `step_span!` pays for its `ml.step.duration` histogram
+//! as it does by default). Both go through the same span processor, exporter, receiver and
+//! sampler thread; only the span differs. `i` is a `u64`, which tracing-opentelemetry
+//! records on (b) as a string (OTel integers are `i64`); `step_span!` converts it to `i64`.
 //!
 //! Spans are timed in chunks of at most 4096, and the exporter is flushed between chunks,
 //! outside the timed region, so the bounded queue (8192) never overflows (a dropped span
@@ -81,7 +84,7 @@ impl Setup {
             .endpoint(receiver.endpoint())
             .protocol(Protocol::Grpc)
             .traces_exporter(Exporter::Otlp)
-            .metrics_exporter(Exporter::None)
+            .metrics_exporter(Exporter::Otlp)
             .build()
             .expect("gpuspan builds");
         assert_eq!(

@@ -1,11 +1,13 @@
 //! The tracing layer that carries gpuspan's state inside a subscriber, so spans and counters
 //! find the sampler of the subscriber they are recorded in, with no global.
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use opentelemetry::metrics::Histogram;
 use tracing_subscriber::Layer;
 
+use crate::runlog::EpochSummary;
 use crate::sampler::Shared;
 
 /// Marker layer: gives spans and counters the state of the subscriber they run in.
@@ -20,6 +22,10 @@ pub(crate) struct LayerState {
     pub(crate) step_duration: Vec<Histogram<f64>>,
     /// `ml.epoch.duration`, one per meter provider.
     pub(crate) epoch_duration: Vec<Histogram<f64>>,
+    /// Steps closed so far, to count each epoch's steps.
+    pub(crate) steps_closed: AtomicU64,
+    /// A row per closed epoch, for the summary printed at shutdown.
+    pub(crate) epochs: Mutex<Vec<EpochSummary>>,
 }
 
 impl<S: tracing::Subscriber> Layer<S> for MemoryLayer {}

@@ -13,14 +13,15 @@
 /// ```
 #[macro_export]
 macro_rules! epoch_span {
-    ($epoch:expr $(, $($fields:tt)*)?) => {
+    ($epoch:expr $(, $($fields:tt)*)?) => {{
+        let epoch = $crate::__private::index($epoch);
         $crate::__memory_span!(
-            $crate::__private::SpanRole::Epoch,
+            $crate::__private::SpanRole::Epoch(epoch),
             "epoch",
-            ml.epoch = $crate::__private::index($epoch)
+            ml.epoch = epoch
             $(, $($fields)*)?
         )
-    };
+    }};
 }
 
 /// Opens a `step` span with `ml.step` set, and returns the [`MemorySpan`](crate::MemorySpan)

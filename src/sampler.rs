@@ -40,6 +40,8 @@ pub(crate) mod figure {
 pub(crate) struct Shared {
     source_name: String,
     devices: Vec<Device>,
+    /// `gpu.<i>.memory.start` / `.end` / `.peak` of every device, made once.
+    device_keys: Vec<[opentelemetry::Key; 3]>,
     latest: Box<[AtomicU64]>,
     totals: Box<[AtomicU64]>,
     /// `f64` bits; `ABSENT` when not measured.
@@ -119,8 +121,18 @@ impl Shared {
     fn new(source_name: String, devices: Vec<Device>, interval: Duration) -> Self {
         let n = devices.len();
         let atomics = |len: usize| (0..len).map(|_| AtomicU64::new(ABSENT)).collect();
+        let device_keys = devices
+            .iter()
+            .map(|device| {
+                ["start", "end", "peak"].map(|end| {
+                    let name: Arc<str> = format!("gpu.{}.memory.{end}", device.index).into();
+                    opentelemetry::Key::from(name)
+                })
+            })
+            .collect();
         Self {
             source_name,
+            device_keys,
             latest: atomics(figure::DEVICE0 + n),
             totals: atomics(n),
             utilization: atomics(n),
@@ -143,6 +155,11 @@ impl Shared {
     /// Devices in scope, in reading order.
     pub(crate) fn devices(&self) -> &[Device] {
         &self.devices
+    }
+
+    /// The attribute keys of device `i`: start, end, peak.
+    pub(crate) fn device_keys(&self, device: usize) -> &[opentelemetry::Key; 3] {
+        &self.device_keys[device]
     }
 
     pub(crate) fn latest(&self, figure: usize) -> u64 {

@@ -1,23 +1,26 @@
 //! The guard returned by `epoch_span!`, `step_span!` and `memory_span!`: it keeps the span
 //! entered and, when dropped, records the memory attributes on it before it closes.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use opentelemetry::trace::Status;
+use opentelemetry::trace::{Status, TraceContextExt};
+use opentelemetry::KeyValue;
 use tracing::field::{Field, Value};
 use tracing::span::EnteredSpan;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::layer::{current, LayerState};
+use crate::runlog::{EpochSummary, Memory};
 use crate::sampler::{figure, Watermark, ABSENT};
 
 /// What a span stands for, which decides the duration histogram it feeds.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpanRole {
-    /// `epoch_span!`: feeds `ml.epoch.duration`.
-    Epoch,
+    /// `epoch_span!` with its index: feeds `ml.epoch.duration` and the run's summary.
+    Epoch(i64),
     /// `step_span!`: feeds `ml.step.duration`.
     Step,
     /// `memory_span!`: memory attributes only.
@@ -106,6 +109,8 @@ pub struct MemorySpan {
 #[derive(Debug)]
 struct Tracking {
     fields: &'static MemoryFields,
+    /// Steps closed in this subscriber when the span opened, to count an epoch's steps.
+    steps_at_open: u64,
     state: Arc<LayerState>,
     watermark: Arc<Watermark>,
     role: SpanRole,
@@ -122,6 +127,7 @@ impl MemorySpan {
             match (current(), fields.get(&span)) {
                 (Some(state), Some(fields)) => Some(Tracking {
                     fields,
+                    steps_at_open: state.steps_closed.load(Ordering::Relaxed),
                     watermark: state.shared.open_watermark(),
                     state,
                     role,
@@ -189,10 +195,6 @@ impl Drop for MemorySpan {
     fn drop(&mut self) {
         if let Some(tracking) = self.tracking.take() {
             tracking.finish(&self.span);
-            if std::thread::panicking() {
-                self.span
-                    .set_status(Status::error("panicked while the span was open"));
-            }
         }
     }
 }
@@ -244,18 +246,50 @@ impl Tracking {
         }
 
         let errors = watermark.errors();
-        if errors != 0 {
-            span.set_status(Status::error(shared.describe_errors(errors)));
+        let error = if std::thread::panicking() {
+            Some("panicked while the span was open".to_owned())
+        } else {
+            (errors != 0).then(|| shared.describe_errors(errors))
+        };
+        if let Some(message) = &error {
+            span.set_status(Status::error(message.clone()));
         }
 
         let seconds = self.opened.elapsed().as_secs_f64();
-        let histograms = match self.role {
-            SpanRole::Step => &self.state.step_duration[..],
-            SpanRole::Epoch => &self.state.epoch_duration[..],
-            SpanRole::Other => &[],
-        };
-        for histogram in histograms {
-            histogram.record(seconds, &[]);
+        let state = &*self.state;
+        match self.role {
+            SpanRole::Step => {
+                state.steps_closed.fetch_add(1, Ordering::Relaxed);
+                for histogram in &state.step_duration {
+                    histogram.record(seconds, &[]);
+                }
+            }
+            SpanRole::Epoch(epoch) => {
+                for histogram in &state.epoch_duration {
+                    histogram.record(seconds, &[]);
+                }
+                let memory = |[start, end, peak]: [Option<i64>; 3]| {
+                    Some(Memory {
+                        start: start?,
+                        peak: peak?,
+                        end: end?,
+                    })
+                };
+                let row = EpochSummary {
+                    epoch,
+                    seconds,
+                    steps: (state.steps_closed.load(Ordering::Relaxed) - self.steps_at_open)
+                        as usize,
+                    gpu: memory([gpu_start, gpu_end, gpu_peak]),
+                    process_gpu_peak: process_peak,
+                    host: memory([host_start, host_end, host_peak]),
+                    error,
+                };
+                if let Ok(mut epochs) = state.epochs.lock() {
+                    epochs.push(row);
+                }
+            }
+            SpanRole::Other => {}
         }
     }
 
@@ -272,15 +306,16 @@ impl Tracking {
             return None;
         }
         let mut peaks = Vec::with_capacity(devices.len());
+        let mut attributes = Vec::with_capacity(devices.len() * 3);
         let mut complete = true;
-        for (i, device) in devices.iter().enumerate() {
+        for i in 0..devices.len() {
             let figure = figure::DEVICE0 + i;
-            let prefix = format!("gpu.{}.memory", device.index);
+            let [start_key, end_key, peak_key] = shared.device_keys(i);
             match figures.get(figure) {
                 Some((start, end, peak)) => {
-                    span.set_attribute(format!("{prefix}.start"), bytes(start));
-                    span.set_attribute(format!("{prefix}.end"), bytes(end));
-                    span.set_attribute(format!("{prefix}.peak"), bytes(peak));
+                    attributes.push(KeyValue::new(start_key.clone(), bytes(start)));
+                    attributes.push(KeyValue::new(end_key.clone(), bytes(end)));
+                    attributes.push(KeyValue::new(peak_key.clone(), bytes(peak)));
                     peaks.push(peak);
                 }
                 None => {
@@ -288,12 +323,14 @@ impl Tracking {
                     // fell off is still true; there is no end to report.
                     complete = false;
                     if let Some((start, peak)) = figures.start_and_peak(figure) {
-                        span.set_attribute(format!("{prefix}.start"), bytes(start));
-                        span.set_attribute(format!("{prefix}.peak"), bytes(peak));
+                        attributes.push(KeyValue::new(start_key.clone(), bytes(start)));
+                        attributes.push(KeyValue::new(peak_key.clone(), bytes(peak)));
                     }
                 }
             }
         }
+        // One call onto the OTel span, rather than a subscriber lookup per attribute.
+        span.context().span().set_attributes(attributes);
         if !complete {
             return None;
         }

@@ -2,7 +2,8 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -458,6 +459,8 @@ impl Inner {
             shared: Arc::clone(sampler.shared()),
             step_duration,
             epoch_duration,
+            steps_closed: AtomicU64::new(0),
+            epochs: Mutex::new(Vec::new()),
         });
         Ok(Self {
             settings,
@@ -499,15 +502,24 @@ impl Inner {
 
         if self.settings.summary && self.settings.traces == Destination::RunDir {
             if let Some(dir) = &self.run_dir {
-                match runlog::read_run(dir) {
-                    Ok(summary) => eprint!(
-                        "gpuspan: run {} ({})\n{}",
-                        self.settings.run_id,
-                        dir.display(),
-                        summary.render()
-                    ),
-                    Err(e) => eprintln!("gpuspan: no summary: {e}"),
-                }
+                // The rows kept as epochs closed: the same table `gpuspan report` reads back
+                // from traces.jsonl, without parsing the whole file at exit.
+                let mut epochs = match self.state.epochs.lock() {
+                    Ok(mut epochs) => std::mem::take(&mut *epochs),
+                    Err(_) => Vec::new(),
+                };
+                epochs.sort_by_key(|row| row.epoch);
+                let summary = runlog::RunSummary {
+                    epochs,
+                    source: Some(self.state.shared.source_name().to_owned()),
+                    bad_lines: Vec::new(),
+                };
+                eprint!(
+                    "gpuspan: run {} ({})\n{}",
+                    self.settings.run_id,
+                    dir.display(),
+                    summary.render()
+                );
             }
         }
 

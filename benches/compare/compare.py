@@ -114,13 +114,17 @@ def steps(n, rounds):
 
 
 def timeline(directory, seconds):
-    """Spikes of every duration in turn, 1.6 s apart, at offsets that are not a multiple
-    of any poller's period; each spike has its own level, so an observer that reports a
-    level saw that spike."""
+    """Spikes of every duration in turn, 1.45 to 1.85 s apart at seeded random offsets;
+    each spike has its own level, so an observer that reports a level saw that spike."""
+    import random
+
+    # Seeded, so runs are comparable; the offsets fall at every phase of the 5 ms, 1 s and
+    # 10 s schedules rather than on a multiple of any of them.
+    rng = random.Random(int(os.environ.get("SPIKE_SEED", "20241130")))
     spikes = []
     lines = ["# at_ms device used_bytes", f"0 0 {BASE}"]
     k = 0
-    at = 1250
+    at = 1000 + rng.randrange(500)
     while at + 400 < seconds * 1000:
         duration = DURATIONS_MS[k % len(DURATIONS_MS)]
         level = 40 * GIB + k * GIB
@@ -128,7 +132,7 @@ def timeline(directory, seconds):
         lines.append(f"{at} 0 {level}")
         lines.append(f"{at + duration} 0 {BASE}")
         k += 1
-        at += 1600 + (k * 137) % 300
+        at += 1450 + rng.randrange(400)
     with open(os.path.join(directory, "timeline.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(directory, "spikes.json"), "w") as f:

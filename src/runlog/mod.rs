@@ -3,7 +3,7 @@
 
 mod summary;
 
-pub use summary::{read_run, EpochSummary, RunSummary};
+pub use summary::{read_run, EpochSummary, Memory, RunSummary};
 
 /// File of spans inside a run directory.
 pub const TRACES_FILE: &str = "traces.jsonl";

@@ -48,8 +48,6 @@ pub struct RunSummary {
     pub epochs: Vec<EpochSummary>,
     /// `gpu.memory.source` of the spans (`nvml`, `nvidia-smi`, `none`).
     pub source: Option<String>,
-    /// Spans read.
-    pub spans: usize,
     /// Lines that could not be read, as `line N: why` (a run killed mid-write leaves one).
     pub bad_lines: Vec<String>,
 }
@@ -92,7 +90,6 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
             .flat_map(|r| &r.scope_spans)
             .flat_map(|s| &s.spans)
         {
-            summary.spans += 1;
             if summary.source.is_none() {
                 summary.source = string(&span.attributes, "gpu.memory.source");
             }

@@ -2,6 +2,7 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
@@ -19,7 +20,14 @@ pub(crate) struct NvmlSource {
     process_query: Vec<bool>,
     /// `false` once the driver said it has no utilization counters.
     utilization_query: Vec<bool>,
+    /// The last utilization read, and when: the driver averages it over its own sample
+    /// period (about 1/6 s to 1 s), so reading it at every tick would only cost time.
+    utilization: Vec<Option<f64>>,
+    utilization_read: Option<Instant>,
 }
+
+/// How often utilization is read from the driver.
+const UTILIZATION_EVERY: Duration = Duration::from_millis(100);
 
 // SAFETY: NVML handles are plain pointers into the driver, valid for the library's lifetime
 // and documented as thread-safe; the source is used by one thread at a time.
@@ -88,12 +96,9 @@ impl NvmlSource {
             pid: std::process::id(),
             process_query: vec![true; n],
             utilization_query: vec![true; n],
+            utilization: vec![None; n],
+            utilization_read: None,
         })
-    }
-
-    fn device(&self, i: usize) -> NvmlDevice<'_> {
-        // SAFETY: the handle came from this `Nvml` instance, which outlives the borrow.
-        unsafe { NvmlDevice::new(self.handles[i], &self.nvml) }
     }
 }
 
@@ -107,8 +112,16 @@ impl MemorySource for NvmlSource {
     }
 
     fn read(&mut self, out: &mut [DeviceReading]) {
+        let now = Instant::now();
+        let read_utilization = self
+            .utilization_read
+            .is_none_or(|last| now.duration_since(last) >= UTILIZATION_EVERY);
+        if read_utilization {
+            self.utilization_read = Some(now);
+        }
         for (i, reading) in out.iter_mut().enumerate().take(self.handles.len()) {
-            let device = self.device(i);
+            // SAFETY: the handle came from `self.nvml`, which outlives this borrow.
+            let device = unsafe { NvmlDevice::new(self.handles[i], &self.nvml) };
             match device.memory_info() {
                 Ok(memory) => {
                     reading.used = Some(memory.used);
@@ -117,12 +130,17 @@ impl MemorySource for NvmlSource {
                 Err(e) => reading.error = Some(describe(&e)),
             }
             let mut utilization_supported = self.utilization_query[i];
-            if utilization_supported && reading.error.is_none() {
-                match device.utilization_rates() {
-                    Ok(rates) => reading.utilization = Some(f64::from(rates.gpu) / 100.0),
-                    Err(e) if is_unsupported(&e) => utilization_supported = false,
-                    Err(_) => {}
-                }
+            if utilization_supported && reading.error.is_none() && read_utilization {
+                self.utilization[i] = match device.utilization_rates() {
+                    Ok(rates) => Some(f64::from(rates.gpu) / 100.0),
+                    Err(e) => {
+                        utilization_supported = !is_unsupported(&e);
+                        None
+                    }
+                };
+            }
+            if reading.error.is_none() {
+                reading.utilization = self.utilization[i];
             }
             let mut process_supported = self.process_query[i];
             if process_supported && reading.error.is_none() {
