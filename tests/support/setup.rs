@@ -15,7 +15,9 @@ pub fn run<R>(builder: Builder, f: impl FnOnce(&Telemetry) -> R) -> (Telemetry, 
     (telemetry, result)
 }
 
-/// A builder that exports to `receiver` and nowhere else, with a fixed run id.
+/// A builder that exports to `receiver` and nowhere else, with a fixed run id, and with no
+/// GPU source unless the test gives one (`memory_source`, or `nvml_lib` with the fake), so
+/// tests read the same on a machine that has a GPU.
 pub fn to_receiver(receiver: &Receiver) -> Builder {
     let protocol = match receiver.protocol() {
         Protocol::Grpc => gpuspan::Protocol::Grpc,
@@ -27,4 +29,5 @@ pub fn to_receiver(receiver: &Receiver) -> Builder {
         .service_name("gpuspan-test")
         .run_id("test-run")
         .summary(false)
+        .nvml_lib("/nonexistent/libnvidia-ml.so.1")
 }
