@@ -217,11 +217,17 @@ fn main() -> ExitCode {
             loss_sum += model.train_step(&x, &y, args.lr);
         }
         let memory = e.memory().unwrap_or_default();
+        let gpu = match memory.gpu_used {
+            Some(_) => format!(
+                "  gpu {} (peak {})",
+                mib(memory.gpu_used),
+                mib(memory.gpu_peak)
+            ),
+            None => String::new(),
+        };
         println!(
-            "epoch {epoch}: loss {:.4}  gpu {} (peak {})  host {} (peak {})",
+            "epoch {epoch}: loss {:.4}{gpu}  host {} (peak {})",
             loss_sum / args.steps.max(1) as f32,
-            mib(memory.gpu_used),
-            mib(memory.gpu_peak),
             mib(memory.host_resident),
             mib(memory.host_peak),
         );
