@@ -305,7 +305,7 @@ impl Tracking {
         if devices.len() < 2 {
             return None;
         }
-        let mut peaks = Vec::with_capacity(devices.len());
+        let (mut lowest_peak, mut highest_peak) = (u64::MAX, 0u64);
         let mut attributes = Vec::with_capacity(devices.len() * 3);
         let mut complete = true;
         for i in 0..devices.len() {
@@ -316,7 +316,8 @@ impl Tracking {
                     attributes.push(KeyValue::new(start_key.clone(), bytes(start)));
                     attributes.push(KeyValue::new(end_key.clone(), bytes(end)));
                     attributes.push(KeyValue::new(peak_key.clone(), bytes(peak)));
-                    peaks.push(peak);
+                    lowest_peak = lowest_peak.min(peak);
+                    highest_peak = highest_peak.max(peak);
                 }
                 None => {
                     // A device lost while the span was open: what was measured before it
@@ -331,12 +332,9 @@ impl Tracking {
         }
         // One call onto the OTel span, rather than a subscriber lookup per attribute.
         span.context().span().set_attributes(attributes);
-        if !complete {
-            return None;
-        }
-        let max = peaks.iter().copied().max()?;
-        let min = peaks.iter().copied().min()?;
-        (peaks.len() > 1 && max > 0).then(|| (max - min) as f64 / max as f64)
+        // With every device's peak known (at least two of them), the imbalance of the peaks.
+        (complete && highest_peak > 0)
+            .then(|| (highest_peak - lowest_peak) as f64 / highest_peak as f64)
     }
 }
 
