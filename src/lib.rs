@@ -59,6 +59,7 @@ mod signals;
 mod source;
 mod span;
 mod telemetry;
+mod timeline;
 
 #[doc(hidden)]
 pub use macros::__private;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::source::host::HostMemory;
 use crate::source::{Device, DeviceReading, MemorySource};
+use crate::timeline::{Tick, TickObserver};
 
 /// Metric readers that keep their own `gpu.memory.peak` window: the exporter's and the
 /// Prometheus endpoint's.
@@ -272,6 +273,7 @@ impl Sampler {
     pub(crate) fn start(
         source: Option<Box<dyn MemorySource>>,
         interval: Duration,
+        observers: Vec<Box<dyn TickObserver>>,
     ) -> std::io::Result<Self> {
         let interval = match source.as_ref().and_then(|s| s.min_interval()) {
             Some(min) => interval.max(min),
@@ -282,7 +284,7 @@ impl Sampler {
             None => ("none".to_owned(), Vec::new()),
         };
         let shared = Arc::new(Shared::new(name, devices, interval));
-        let mut ticker = Ticker::new(source, Arc::clone(&shared));
+        let mut ticker = Ticker::new(source, Arc::clone(&shared), observers);
         ticker.tick();
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -327,12 +329,23 @@ struct Ticker {
     shared: Arc<Shared>,
     warned: u64,
     last_tick: Option<Instant>,
+    observers: Vec<Box<dyn TickObserver>>,
+    /// Per device, as observers see them.
+    tick_used: Vec<Option<u64>>,
+    tick_totals: Vec<Option<u64>>,
 }
 
 impl Ticker {
-    fn new(source: Option<Box<dyn MemorySource>>, shared: Arc<Shared>) -> Self {
+    fn new(
+        source: Option<Box<dyn MemorySource>>,
+        shared: Arc<Shared>,
+        observers: Vec<Box<dyn TickObserver>>,
+    ) -> Self {
         let n = shared.devices.len();
         Self {
+            observers,
+            tick_used: vec![None; n],
+            tick_totals: vec![None; n],
             source,
             host: HostMemory::open(),
             readings: vec![DeviceReading::default(); n],
@@ -359,6 +372,9 @@ impl Ticker {
                 // than taking a burst of catch-up readings.
                 next = now + interval;
             }
+        }
+        for observer in &mut self.observers {
+            observer.on_stop();
         }
     }
 
@@ -398,6 +414,34 @@ impl Ticker {
             });
         }
         shared.ticks.fetch_add(1, Ordering::Relaxed);
+        self.notify_observers();
+    }
+
+    /// Hands this tick to the observers (timeline file, near-OOM ring, range-max store).
+    fn notify_observers(&mut self) {
+        if self.observers.is_empty() {
+            return;
+        }
+        let shared = &*self.shared;
+        let present = |v: u64| (v != ABSENT).then_some(v);
+        for (i, slot) in self.tick_used.iter_mut().enumerate() {
+            *slot = present(self.figures[figure::DEVICE0 + i]);
+        }
+        for (i, slot) in self.tick_totals.iter_mut().enumerate() {
+            *slot = present(shared.total(i));
+        }
+        let tick = Tick {
+            unix_nanos: crate::runlog::unix_nanos(std::time::SystemTime::now()),
+            devices: &self.tick_used,
+            totals: &self.tick_totals,
+            process_gpu: present(self.figures[figure::PROCESS_GPU]),
+            host_rss: present(self.figures[figure::HOST_RSS]),
+            allocated: present(shared.latest(figure::ALLOCATED)),
+            reserved: present(shared.latest(figure::RESERVED)),
+        };
+        for observer in &mut self.observers {
+            observer.on_tick(&tick);
+        }
     }
 
     /// Reads the GPU source into `figures`; returns the mask of devices that failed.

@@ -405,12 +405,13 @@ impl Inner {
         custom_source: Option<Box<dyn MemorySource>>,
     ) -> Result<Self, InitError> {
         let source = custom_source.or_else(|| open_gpu_source(&settings));
-        let sampler = Sampler::start(source, settings.sample_interval).map_err(|source| {
-            InitError::Thread {
-                what: "sampler",
-                source,
-            }
-        })?;
+        let sampler =
+            Sampler::start(source, settings.sample_interval, Vec::new()).map_err(|source| {
+                InitError::Thread {
+                    what: "sampler",
+                    source,
+                }
+            })?;
         let resource = crate::resource::build(&settings);
 
         let uses_run_dir = [&settings.traces, &settings.metrics]
@@ -655,13 +656,13 @@ impl Pipes<'_> {
                 let handle = self.runtime()?;
                 let exporter = otlp::span_exporter(target, &handle)?;
                 let health = self.health(target.endpoint.clone(), "span");
-                QueueProcessor::start(exporter, Some(handle), queue, health)
+                QueueProcessor::start(exporter, Some(handle), queue, health, Vec::new())
             }
             Destination::RunDir | Destination::Console => {
                 let (lines, name) = self.lines(destination, runlog::TRACES_FILE)?;
                 let health = self.health(name, "span");
                 let exporter = JsonlSpanExporter::new(lines, resource);
-                QueueProcessor::start(exporter, None, queue, health)
+                QueueProcessor::start(exporter, None, queue, health, Vec::new())
             }
         };
         Ok(builder

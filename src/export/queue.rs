@@ -16,6 +16,8 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
 use super::health::ExportHealth;
+use super::tap::SpanTap;
+use crate::runlog::SpanRecord;
 
 /// Queue sizes: large enough for bursts of short steps, small enough to bound memory.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +62,7 @@ impl QueueProcessor {
         runtime: Option<tokio::runtime::Handle>,
         config: QueueConfig,
         health: Arc<ExportHealth>,
+        taps: Vec<Box<dyn SpanTap>>,
     ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -70,6 +73,7 @@ impl QueueProcessor {
             queued: Arc::clone(&queued),
             health: Arc::clone(&health),
             batch: Vec::with_capacity(config.batch),
+            taps,
         };
         let thread = std::thread::Builder::new()
             .name("gpuspan-spans".into())
@@ -164,9 +168,21 @@ struct Worker<E> {
     queued: Arc<AtomicUsize>,
     health: Arc<ExportHealth>,
     batch: Vec<SpanData>,
+    taps: Vec<Box<dyn SpanTap>>,
 }
 
 impl<E: SpanExporter> Worker<E> {
+    /// Queues one span for export, after every tap has seen it.
+    fn accept(&mut self, mut span: SpanData) {
+        if !self.taps.is_empty() {
+            let record = SpanRecord::from_span_data(&span);
+            for tap in &mut self.taps {
+                tap.on_span(&mut span, &record);
+            }
+        }
+        self.batch.push(span);
+    }
+
     fn run(&mut self, receiver: &mpsc::Receiver<Message>) {
         let mut deadline = Instant::now() + self.config.delay;
         loop {
@@ -174,7 +190,7 @@ impl<E: SpanExporter> Worker<E> {
             match receiver.recv_timeout(wait) {
                 Ok(Message::Span(span)) => {
                     self.queued.fetch_sub(1, Ordering::Relaxed);
-                    self.batch.push(*span);
+                    self.accept(*span);
                     if self.batch.len() >= self.config.batch {
                         let _ = self.export();
                     }
@@ -209,13 +225,17 @@ impl<E: SpanExporter> Worker<E> {
         while let Ok(message) = receiver.try_recv() {
             if let Message::Span(span) = message {
                 self.queued.fetch_sub(1, Ordering::Relaxed);
-                self.batch.push(*span);
+                self.accept(*span);
                 if self.batch.len() >= self.config.batch {
                     result = result.and(self.export());
                 }
             }
         }
-        result.and(self.export())
+        let result = result.and(self.export());
+        for tap in &mut self.taps {
+            tap.flush();
+        }
+        result
     }
 
     fn export(&mut self) -> OTelSdkResult {

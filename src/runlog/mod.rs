@@ -1,8 +1,11 @@
 //! The embedded default: a local run directory (`gpuspan-runs/<run-id>/`) holding
 //! `traces.jsonl` and `metrics.jsonl` in OTLP/JSON, and the per-epoch summary drawn from it.
 
+mod record;
 mod summary;
 
+pub(crate) use record::unix_nanos;
+pub use record::{DeviceFigures, Role, SpanRecord};
 pub use summary::{read_run, EpochSummary, Memory, RunSummary};
 
 /// File of spans inside a run directory.

@@ -1,0 +1,245 @@
+//! A closed span's memory, read back from its attributes: the one view of a span that the
+//! summary table, `gpuspan report`, diagnosis and the pictures share.
+//!
+//! It is built from what the exporter sees (an SDK `SpanData` on the export thread) or from
+//! what the run directory holds (an OTLP/JSON span), through the same attribute rules, so a
+//! table printed at shutdown and one drawn later from `traces.jsonl` cannot disagree.
+
+use opentelemetry_proto::tonic::common::v1::any_value::Value as ProtoValue;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+use super::summary::Memory;
+
+/// What kind of span this is, from its name and index attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Role {
+    /// An `epoch` span with its `ml.epoch`.
+    Epoch(i64),
+    /// A `step` span with its `ml.step`.
+    Step(i64),
+    /// Any other span.
+    Other,
+}
+
+/// One device's figures on a span (`gpu.<i>.memory.*`), present with several devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceFigures {
+    /// The device's NVML index.
+    pub index: u32,
+    /// At the span's start.
+    pub start: Option<i64>,
+    /// Highest while it was open.
+    pub peak: Option<i64>,
+    /// At its end (absent when the device was lost meanwhile).
+    pub end: Option<i64>,
+}
+
+/// A closed span as gpuspan reads it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SpanRecord {
+    /// The span's name (`epoch`, `step`, or a `memory_span!` name).
+    pub name: String,
+    /// Epoch, step or other.
+    pub role: Role,
+    /// Trace id.
+    pub trace_id: [u8; 16],
+    /// Span id.
+    pub span_id: [u8; 8],
+    /// Parent span id, if the span has a parent.
+    pub parent_span_id: Option<[u8; 8]>,
+    /// Start, UNIX nanoseconds.
+    pub start_unix_nanos: u64,
+    /// End, UNIX nanoseconds.
+    pub end_unix_nanos: u64,
+    /// `gpu.memory.start` / `.peak` / `.end`.
+    pub gpu: Option<Memory>,
+    /// `gpu.<i>.memory.*`, in device order.
+    pub devices: Vec<DeviceFigures>,
+    /// `gpu.process.memory.*`.
+    pub process_gpu: Option<Memory>,
+    /// `process.memory.*` (host resident memory).
+    pub host: Option<Memory>,
+    /// `gpu.allocator.allocated.peak`.
+    pub allocated_peak: Option<i64>,
+    /// `gpu.allocator.reserved.peak`.
+    pub reserved_peak: Option<i64>,
+    /// `batch_size`, when the span carries one.
+    pub batch_size: Option<i64>,
+    /// `gpu.memory.source`.
+    pub source: Option<String>,
+    /// `gpu.memory.samples`.
+    pub samples: Option<i64>,
+    /// The error status message, if the span failed.
+    pub error: Option<String>,
+}
+
+/// An attribute value, borrowed from either representation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Attr<'a> {
+    Int(i64),
+    Str(&'a str),
+    Other,
+}
+
+impl SpanRecord {
+    /// Seconds between start and end.
+    pub fn seconds(&self) -> f64 {
+        self.end_unix_nanos.saturating_sub(self.start_unix_nanos) as f64 / 1e9
+    }
+
+    /// Builds the record from a span's identity and its attributes.
+    pub(crate) fn from_attributes<'a>(
+        name: &str,
+        ids: ([u8; 16], [u8; 8], Option<[u8; 8]>),
+        times: (u64, u64),
+        error: Option<String>,
+        attributes: impl Iterator<Item = (&'a str, Attr<'a>)>,
+    ) -> Self {
+        let mut ints: Vec<(&str, i64)> = Vec::new();
+        let mut source = None;
+        for (key, value) in attributes {
+            match value {
+                Attr::Int(v) => ints.push((key, v)),
+                Attr::Str(s) if key == "gpu.memory.source" => source = Some(s.to_owned()),
+                _ => {}
+            }
+        }
+        let int = |key: &str| ints.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        let memory = |prefix: &str| {
+            Some(Memory {
+                start: int(&format!("{prefix}.start"))?,
+                peak: int(&format!("{prefix}.peak"))?,
+                end: int(&format!("{prefix}.end"))?,
+            })
+        };
+        let role = match name {
+            "epoch" => int("ml.epoch").map_or(Role::Other, Role::Epoch),
+            "step" => int("ml.step").map_or(Role::Other, Role::Step),
+            _ => Role::Other,
+        };
+        let mut devices: Vec<DeviceFigures> = Vec::new();
+        for (key, value) in &ints {
+            let Some(rest) = key.strip_prefix("gpu.") else {
+                continue;
+            };
+            let Some((index, figure)) = rest.split_once(".memory.") else {
+                continue;
+            };
+            let Ok(index) = index.parse::<u32>() else {
+                continue;
+            };
+            let position = match devices.iter().position(|d| d.index == index) {
+                Some(position) => position,
+                None => {
+                    devices.push(DeviceFigures {
+                        index,
+                        start: None,
+                        peak: None,
+                        end: None,
+                    });
+                    devices.len() - 1
+                }
+            };
+            let device = &mut devices[position];
+            match figure {
+                "start" => device.start = Some(*value),
+                "peak" => device.peak = Some(*value),
+                "end" => device.end = Some(*value),
+                _ => {}
+            }
+        }
+        devices.sort_by_key(|d| d.index);
+        Self {
+            name: name.to_owned(),
+            role,
+            trace_id: ids.0,
+            span_id: ids.1,
+            parent_span_id: ids.2,
+            start_unix_nanos: times.0,
+            end_unix_nanos: times.1,
+            gpu: memory("gpu.memory"),
+            devices,
+            process_gpu: memory("gpu.process.memory"),
+            host: memory("process.memory"),
+            allocated_peak: int("gpu.allocator.allocated.peak"),
+            reserved_peak: int("gpu.allocator.reserved.peak"),
+            batch_size: int("batch_size"),
+            source,
+            samples: int("gpu.memory.samples"),
+            error,
+        }
+    }
+
+    /// Reads a span as the SDK hands it to an exporter.
+    pub(crate) fn from_span_data(span: &opentelemetry_sdk::trace::SpanData) -> Self {
+        use opentelemetry::trace::Status;
+        use opentelemetry::Value;
+        let parent = span.parent_span_id;
+        let parent = (parent != opentelemetry::trace::SpanId::INVALID).then(|| parent.to_bytes());
+        let error = match &span.status {
+            Status::Error { description } => Some(description.to_string()),
+            _ => None,
+        };
+        let attributes = span.attributes.iter().map(|kv| {
+            let value = match &kv.value {
+                Value::I64(v) => Attr::Int(*v),
+                Value::String(s) => Attr::Str(s.as_str()),
+                _ => Attr::Other,
+            };
+            (kv.key.as_str(), value)
+        });
+        Self::from_attributes(
+            &span.name,
+            (
+                span.span_context.trace_id().to_bytes(),
+                span.span_context.span_id().to_bytes(),
+                parent,
+            ),
+            (unix_nanos(span.start_time), unix_nanos(span.end_time)),
+            error,
+            attributes,
+        )
+    }
+
+    /// Reads a span from OTLP (as the run directory's `traces.jsonl` holds it).
+    pub fn from_otlp(span: &opentelemetry_proto::tonic::trace::v1::Span) -> Self {
+        let error = span
+            .status
+            .as_ref()
+            .filter(|s| s.code == StatusCode::Error as i32)
+            .map(|s| s.message.clone());
+        let attributes = span.attributes.iter().map(|kv| {
+            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(ProtoValue::IntValue(v)) => Attr::Int(*v),
+                Some(ProtoValue::StringValue(s)) => Attr::Str(s.as_str()),
+                _ => Attr::Other,
+            };
+            (kv.key.as_str(), value)
+        });
+        Self::from_attributes(
+            &span.name,
+            (
+                fixed(&span.trace_id),
+                fixed(&span.span_id),
+                (span.parent_span_id.len() == 8).then(|| fixed(&span.parent_span_id)),
+            ),
+            (span.start_time_unix_nano, span.end_time_unix_nano),
+            error,
+            attributes,
+        )
+    }
+}
+
+/// Copies an id of the expected length; a malformed one reads as zeros.
+fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    bytes.try_into().unwrap_or([0; N])
+}
+
+/// Wall-clock time as UNIX nanoseconds (0 before 1970).
+pub(crate) fn unix_nanos(time: std::time::SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

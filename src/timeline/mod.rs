@@ -1,0 +1,35 @@
+//! The sampled timeline: what the sampler saw at each tick, handed to the consumers that
+//! keep it (the run directory's timeline file, the near-OOM ring, the collector's range-max
+//! store).
+//!
+//! Observers run on the sampler thread, never on the training thread: they must not block
+//! (no I/O; hand data to a thread of their own through a bounded queue).
+
+/// One tick of the sampler: every figure it holds at a wall-clock instant.
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)] // read by the observers that keep ticks
+pub(crate) struct Tick<'a> {
+    /// Wall clock, UNIX nanoseconds (the clock span times use).
+    pub(crate) unix_nanos: u64,
+    /// Memory used per device in scope, in the sampler's device order (`None`: not read).
+    pub(crate) devices: &'a [Option<u64>],
+    /// Memory installed per device (`None`: not read).
+    pub(crate) totals: &'a [Option<u64>],
+    /// This process's GPU memory summed over the devices, where the driver reports it.
+    pub(crate) process_gpu: Option<u64>,
+    /// Host resident memory of this process.
+    pub(crate) host_rss: Option<u64>,
+    /// The allocator counters last pushed by framework code.
+    pub(crate) allocated: Option<u64>,
+    /// See `allocated`.
+    pub(crate) reserved: Option<u64>,
+}
+
+/// Something that keeps ticks. Called on the sampler thread after every reading.
+pub(crate) trait TickObserver: Send {
+    /// One reading; must return in microseconds.
+    fn on_tick(&mut self, tick: &Tick<'_>);
+
+    /// The sampler stops: the last call.
+    fn on_stop(&mut self) {}
+}
