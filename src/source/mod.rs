@@ -6,6 +6,7 @@
 //! a `gpu.` name.
 
 pub(crate) mod allocator;
+pub(crate) mod choose;
 pub(crate) mod host;
 #[cfg(feature = "nvml")]
 pub(crate) mod nvml;

@@ -284,6 +284,13 @@ impl FakeNvml {
         unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_start_timeline")() }
     }
 
+    /// Makes every memory read block for `hang` before it starts (zero: none), as a driver
+    /// call on a lost GPU can.
+    pub fn set_hang(&self, hang: Duration) {
+        let ms = c_uint::try_from(hang.as_millis()).unwrap_or(c_uint::MAX);
+        unsafe { self.sym::<unsafe extern "C" fn(c_uint)>("fake_nvml_set_hang")(ms) };
+    }
+
     /// When enabled, used memory of `dev` is its set used memory plus the
     /// resident set size of the process that reads it.
     pub fn set_follow_rss(&self, dev: u32, enabled: bool) {
