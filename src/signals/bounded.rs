@@ -1,6 +1,7 @@
 //! Runs the flushes side by side within one time bound, and lets an exiting process wait for
 //! a flush that a signal started.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Condvar, Mutex, Once};
 use std::time::{Duration, Instant};
@@ -54,37 +55,56 @@ pub(super) fn run_within(bound: Duration, jobs: Vec<(&'static str, Job)>) -> Out
     Outcome::Done(errors)
 }
 
-/// The deadline of the flush in progress, if one is.
-static IN_FLIGHT: Mutex<Option<Instant>> = Mutex::new(None);
+/// Flushes asked for by the signal handler, counted there (an atomic add is
+/// async-signal-safe), and the count covered by the last flush that finished: a process
+/// that exits between the signal and the start of the flush still waits for it.
+static REQUESTED: AtomicUsize = AtomicUsize::new(0);
+static COMPLETED: Mutex<usize> = Mutex::new(0);
 static SETTLED: Condvar = Condvar::new();
+/// The most an exit waits, in milliseconds: the flush bound.
+static EXIT_BOUND_MS: AtomicU64 = AtomicU64::new(0);
 static AT_EXIT: Once = Once::new();
 
-/// Marks a flush as started; until [`finished`], a process that calls `exit` (returning
-/// from `main`, `std::process::exit`, Python's `sys.exit`) waits for it, up to `deadline`.
-pub(super) fn started(deadline: Instant) {
+/// Makes a process that calls `exit` (returning from `main`, `std::process::exit`,
+/// Python's `sys.exit`) after a signal wait for that signal's flush, up to `bound`.
+pub(super) fn wait_at_exit_for_flushes(bound: Duration) {
+    let millis = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
+    EXIT_BOUND_MS.store(millis, Ordering::SeqCst);
     AT_EXIT.call_once(|| {
         // SAFETY: registering a plain `extern "C" fn()` has no other precondition. A
         // failure to register only loses the wait.
         unsafe { libc::atexit(wait_at_exit) };
     });
-    *IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner()) = Some(deadline);
 }
 
-/// Marks the flush as over and releases anyone waiting at exit.
-pub(super) fn finished() {
-    *IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner()) = None;
+/// Counts a flush asked for. Async-signal-safe: called from the signal handler.
+pub(super) fn requested() {
+    REQUESTED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Called by the flusher before it flushes: the requests this flush covers.
+pub(super) fn covering() -> usize {
+    REQUESTED.load(Ordering::SeqCst)
+}
+
+/// Called by the flusher after it flushed: releases anyone waiting at exit.
+pub(super) fn finished(covered: usize) {
+    let mut completed = COMPLETED.lock().unwrap_or_else(|p| p.into_inner());
+    *completed = (*completed).max(covered);
     SETTLED.notify_all();
 }
 
-/// Blocks until no flush is in progress or its deadline has passed.
-pub(super) fn wait_for_flush() {
-    let mut in_flight = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
-    while let Some(deadline) = *in_flight {
+/// Blocks until every flush asked for so far has finished, or `bound` has passed.
+pub(super) fn wait_for_flushes(bound: Duration) {
+    let deadline = Instant::now() + bound;
+    let wanted = REQUESTED.load(Ordering::SeqCst);
+    let mut completed = COMPLETED.lock().unwrap_or_else(|p| p.into_inner());
+    while *completed < wanted {
         let left = deadline.saturating_duration_since(Instant::now());
         if left == Duration::ZERO {
             break;
         }
-        in_flight = match SETTLED.wait_timeout(in_flight, left) {
+        completed = match SETTLED.wait_timeout(completed, left) {
             Ok((guard, _)) => guard,
             Err(poisoned) => poisoned.into_inner().0,
         };
@@ -93,7 +113,8 @@ pub(super) fn wait_for_flush() {
 
 extern "C" fn wait_at_exit() {
     // Unwinding out of an `extern "C"` function aborts: keep any panic in here.
-    let _ = std::panic::catch_unwind(wait_for_flush);
+    let bound = Duration::from_millis(EXIT_BOUND_MS.load(Ordering::SeqCst));
+    let _ = std::panic::catch_unwind(|| wait_for_flushes(bound));
 }
 
 #[cfg(test)]
@@ -148,23 +169,31 @@ mod tests {
     }
 
     #[test]
-    fn the_exit_wait_ends_with_the_flush_or_its_deadline() {
-        started(Instant::now() + Duration::from_secs(30));
-        let finisher = std::thread::spawn(|| {
+    fn the_exit_wait_ends_with_the_flush_or_its_bound() {
+        // A signal asked for a flush that has not even started yet.
+        requested();
+        let covered = covering();
+        let flusher = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(200));
-            finished();
+            finished(covered);
         });
         let waited = Instant::now();
-        wait_for_flush();
+        wait_for_flushes(Duration::from_secs(30));
         let took = waited.elapsed();
         assert!(took >= Duration::from_millis(150) && took < Duration::from_secs(5));
-        finisher.join().unwrap();
+        flusher.join().unwrap();
 
-        started(Instant::now() + Duration::from_millis(200));
+        // Nothing asked for since: no wait at all.
         let waited = Instant::now();
-        wait_for_flush();
+        wait_for_flushes(Duration::from_secs(30));
+        assert!(waited.elapsed() < Duration::from_millis(100));
+
+        // A flush that never finishes: the wait ends at the bound.
+        requested();
+        let waited = Instant::now();
+        wait_for_flushes(Duration::from_millis(200));
         let took = waited.elapsed();
-        finished();
+        finished(covering());
         assert!(took >= Duration::from_millis(150) && took < Duration::from_secs(5));
     }
 }

@@ -219,6 +219,8 @@ unsafe fn call(previous: &Previous, signal: c_int, info: *mut siginfo_t, context
 fn wake(signal: c_int) {
     let fd = WAKE_FD.load(Ordering::SeqCst);
     if fd >= 0 {
+        // Counted before the byte is written, so the flush it wakes covers it.
+        super::bounded::requested();
         let byte = signal as u8;
         // SAFETY: write is async-signal-safe; the pipe is non-blocking, so a full pipe
         // (a flush already pending) drops the byte instead of blocking the handler.

@@ -35,7 +35,7 @@ mod disposition;
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -79,6 +79,7 @@ pub(crate) fn flush_on_signal(
     meter: SdkMeterProvider,
     bound: Duration,
 ) -> std::io::Result<()> {
+    bounded::wait_at_exit_for_flushes(bound);
     *TARGET.lock().unwrap_or_else(|p| p.into_inner()) = Some(Target {
         tracer,
         meter,
@@ -116,7 +117,7 @@ fn on_signal(signal: libc::c_int) {
         .map(|t| (t.tracer.clone(), t.meter.clone(), t.bound));
     if let Some((tracer, meter, bound)) = target {
         disposition::FLUSHING.store(true, std::sync::atomic::Ordering::SeqCst);
-        bounded::started(Instant::now() + bound);
+        let covered = bounded::covering();
         let jobs: Vec<(&'static str, Job)> = vec![
             (
                 "traces",
@@ -128,7 +129,7 @@ fn on_signal(signal: libc::c_int) {
             ),
         ];
         let outcome = bounded::run_within(bound, jobs);
-        bounded::finished();
+        bounded::finished(covered);
         disposition::FLUSHING.store(false, std::sync::atomic::Ordering::SeqCst);
         if let Outcome::TimedOut(pending) = outcome {
             eprintln!(
