@@ -1,12 +1,15 @@
 //! With a collector that accepts connections and never answers, the flush on SIGTERM lasts
-//! no longer than the export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`), with or without a
-//! handler of the program's, and a second SIGTERM ends a waiting program at once.
+//! as long as the export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`) and no longer, with or
+//! without a handler of the program's, and a second SIGTERM ends a waiting program at once.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use support::signalled::{killed_by, Program, SilentCollector};
+
+/// The export timeout the program runs with (`OTEL_EXPORTER_OTLP_TIMEOUT`, below).
+const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Time for the process to notice the signal, report and end, on a busy machine.
 const SLACK: Duration = Duration::from_secs(3);
@@ -28,31 +31,32 @@ fn start(handler: &str, collector: &SilentCollector, timeout_ms: &str) -> Progra
 #[test]
 fn without_a_handler_sigterm_ends_the_process_within_the_timeout() {
     let collector = SilentCollector::start();
-    let mut program = start("none", &collector, "1000");
+    let mut program = start("none", &collector, "2000");
     let signalled = Instant::now();
     program.signal(libc::SIGTERM);
     let status = program.wait(Duration::from_secs(60));
     let took = signalled.elapsed();
     assert_eq!(killed_by(status), Some(libc::SIGTERM), "{status:?}");
-    assert!(took < Duration::from_secs(1) + SLACK, "took {took:?}");
-    let stderr = program.stderr.lock().unwrap().clone();
-    assert!(
-        stderr.contains("did not finish within 1s"),
-        "the lost flush is reported; stderr:\n{stderr}"
-    );
+    assert!(took < TIMEOUT + SLACK, "took {took:?}");
 }
 
+/// The program saves its checkpoint and exits at once; the exit waits for the flush the
+/// signal started, which cannot finish here (the metrics export hangs until its timeout),
+/// so it ends at the timeout.
 #[test]
-fn with_a_handler_the_exit_waits_no_longer_than_the_timeout() {
+fn with_a_handler_the_exit_waits_for_the_flush_up_to_the_timeout() {
     let collector = SilentCollector::start();
-    let mut program = start("signal-hook-after", &collector, "1000");
+    let mut program = start("signal-hook-after", &collector, "2000");
     let signalled = Instant::now();
     program.signal(libc::SIGTERM);
     let status = program.wait(Duration::from_secs(60));
     let took = signalled.elapsed();
     assert_eq!(status.code(), Some(3), "{status:?}");
     assert!(program.checkpoint().is_some());
-    assert!(took < Duration::from_secs(1) + SLACK, "took {took:?}");
+    assert!(
+        took >= TIMEOUT.mul_f64(0.9) && took < TIMEOUT + SLACK,
+        "took {took:?}"
+    );
 }
 
 #[test]
