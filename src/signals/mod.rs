@@ -150,3 +150,35 @@ fn name(signal: libc::c_int) -> &'static str {
         _ => "signal",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{resolve, CodeSettings, Exporter, OtlpTarget, Protocol};
+
+    fn otlp(timeout: Duration) -> Destination {
+        Destination::Otlp(OtlpTarget {
+            endpoint: "http://127.0.0.1:4317".into(),
+            protocol: Protocol::Grpc,
+            headers: Vec::new(),
+            timeout,
+        })
+    }
+
+    #[test]
+    fn the_bound_is_the_longer_otlp_timeout_or_the_local_default() {
+        let code = CodeSettings {
+            traces_exporter: Some(Exporter::RunDir),
+            metrics_exporter: Some(Exporter::RunDir),
+            ..CodeSettings::default()
+        };
+        let mut settings = resolve(&code).unwrap();
+        assert_eq!(flush_bound(&settings), LOCAL_FLUSH_BOUND);
+
+        settings.traces = otlp(Duration::from_secs(2));
+        assert_eq!(flush_bound(&settings), Duration::from_secs(2));
+
+        settings.metrics = otlp(Duration::from_secs(7));
+        assert_eq!(flush_bound(&settings), Duration::from_secs(7));
+    }
+}
