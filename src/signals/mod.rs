@@ -22,7 +22,8 @@
 //!   leave SIGINT for background jobs) stays ignored: gpuspan installs nothing for it.
 //!
 //! If the program exits (returns from `main`, `std::process::exit`, Python's `sys.exit`)
-//! while a flush started by a signal is running, the exit waits for it, up to its bound.
+//! after a signal and before that signal's flush is over, the exit waits for the flush, up
+//! to its bound.
 //! A child made by `fork` (without `exec`) inherits the handler but not the flusher thread;
 //! there the handler only passes the signal on as if gpuspan were not installed.
 //!
