@@ -8,20 +8,22 @@ use std::time::{Duration, Instant};
 
 use support::signalled::{killed_by, Program, SilentCollector};
 
-/// The export timeout the program runs with (`OTEL_EXPORTER_OTLP_TIMEOUT`, below).
-const TIMEOUT: Duration = Duration::from_secs(2);
+/// The export timeout the program runs with (`OTEL_EXPORTER_OTLP_TIMEOUT`). Flushing traces
+/// and then metrics, each for up to this long, would take twice as long.
+const TIMEOUT: Duration = Duration::from_secs(4);
 
 /// Time for the process to notice the signal, report and end, on a busy machine.
-const SLACK: Duration = Duration::from_secs(3);
+const SLACK: Duration = Duration::from_millis(2500);
 
-fn start(handler: &str, collector: &SilentCollector, timeout_ms: &str) -> Program {
+fn start(handler: &str, collector: &SilentCollector, timeout: Duration) -> Program {
     let endpoint = collector.endpoint();
+    let timeout_ms = timeout.as_millis().to_string();
     let program = Program::start(
         handler,
         &[],
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_TIMEOUT", timeout_ms),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", &timeout_ms),
         ],
     );
     program.wait_for_line("epoch 1 done", Duration::from_secs(30));
@@ -31,7 +33,7 @@ fn start(handler: &str, collector: &SilentCollector, timeout_ms: &str) -> Progra
 #[test]
 fn without_a_handler_sigterm_ends_the_process_within_the_timeout() {
     let collector = SilentCollector::start();
-    let mut program = start("none", &collector, "2000");
+    let mut program = start("none", &collector, TIMEOUT);
     let signalled = Instant::now();
     program.signal(libc::SIGTERM);
     let status = program.wait(Duration::from_secs(60));
@@ -46,7 +48,7 @@ fn without_a_handler_sigterm_ends_the_process_within_the_timeout() {
 #[test]
 fn with_a_handler_the_exit_waits_for_the_flush_up_to_the_timeout() {
     let collector = SilentCollector::start();
-    let mut program = start("signal-hook-after", &collector, "2000");
+    let mut program = start("signal-hook-after", &collector, TIMEOUT);
     let signalled = Instant::now();
     program.signal(libc::SIGTERM);
     let status = program.wait(Duration::from_secs(60));
@@ -62,7 +64,7 @@ fn with_a_handler_the_exit_waits_for_the_flush_up_to_the_timeout() {
 #[test]
 fn a_second_sigterm_during_the_flush_ends_the_process_at_once() {
     let collector = SilentCollector::start();
-    let mut program = start("none", &collector, "60000");
+    let mut program = start("none", &collector, Duration::from_secs(60));
     program.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(300));
     let again = Instant::now();
