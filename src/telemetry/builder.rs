@@ -159,9 +159,9 @@ impl Builder {
         self
     }
 
-    /// Whether `install()` flushes completed spans on SIGINT and SIGTERM before letting the
-    /// signal end the process (default: yes). Turn it off if your program handles these
-    /// signals itself, and call [`Telemetry::flush`] from your handler.
+    /// Whether `install()` flushes completed spans on SIGINT and SIGTERM (default: yes).
+    /// The program's own handlers still run and decide; with none, the signal then ends the
+    /// process as usual. The flush takes at most the export timeout.
     pub fn flush_on_signal(mut self, flush: bool) -> Self {
         self.code.flush_on_signal = Some(flush);
         self

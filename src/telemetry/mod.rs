@@ -229,6 +229,7 @@ impl Telemetry {
             crate::signals::flush_on_signal(
                 inner.tracer_provider.clone(),
                 inner.meter_provider.clone(),
+                crate::signals::flush_bound(&inner.settings),
             )
             .map_err(|source| InitError::Thread {
                 what: "signal",

@@ -9,3 +9,4 @@ pub mod sampling;
 pub mod scripted;
 pub mod servers;
 pub mod setup;
+pub mod signalled;
