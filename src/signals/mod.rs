@@ -163,6 +163,7 @@ mod tests {
             protocol: Protocol::Grpc,
             headers: Vec::new(),
             timeout,
+            compression: crate::config::Compression::None,
         })
     }
 
