@@ -72,12 +72,18 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
     let mut summary = RunSummary::default();
     let mut epochs = Vec::new();
     let mut steps_by_parent: HashMap<Vec<u8>, usize> = HashMap::new();
-    for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
+    for (number, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
         let line = line?;
+        let Ok(line) = std::str::from_utf8(&line) else {
+            summary
+                .bad_lines
+                .push(format!("line {}: not UTF-8 text", number + 1));
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let request: ExportTraceServiceRequest = match serde_json::from_str(&line) {
+        let request: ExportTraceServiceRequest = match serde_json::from_str(line) {
             Ok(request) => request,
             Err(e) => {
                 summary.bad_lines.push(format!("line {}: {e}", number + 1));
@@ -193,7 +199,7 @@ impl RunSummary {
                             bytes(m.start),
                             bytes(m.peak),
                             bytes(m.end),
-                            signed_bytes(m.end - m.start),
+                            signed_bytes(m.end.saturating_sub(m.start)),
                         ]),
                         None => row.extend(["-".into(), "-".into(), "-".into(), "-".into()]),
                     }
