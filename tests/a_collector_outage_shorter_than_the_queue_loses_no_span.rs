@@ -2,7 +2,7 @@
 //! than the export queue loses nothing, a longer one loses the oldest spans first, and in
 //! every case the spans delivered plus the spans reported lost are the spans produced.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! wire: what the receiver gets, for headers, endpoint, compression and timeout, over gRPC
 //! and HTTP.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Leaving is bounded and cheap: a driver call that hangs (a GPU fallen off the bus) cannot
 //! hang shutdown, and spans opened after shutdown cost nothing and keep nothing.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::{Duration, Instant};
 

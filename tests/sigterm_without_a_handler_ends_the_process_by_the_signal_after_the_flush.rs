@@ -3,7 +3,7 @@
 //! from it (as data loaders fork theirs) is ended by SIGTERM too, and signalling the worker
 //! leaves the parent running.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

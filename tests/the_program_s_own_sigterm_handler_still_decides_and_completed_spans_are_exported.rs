@@ -4,7 +4,7 @@
 //! collector, with the metrics, although the program exits at once without shutting
 //! gpuspan down.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! as long as the export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`) and no longer, with or
 //! without a handler of the program's, and a second SIGTERM ends a waiting program at once.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::{Duration, Instant};
 

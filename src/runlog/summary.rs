@@ -139,12 +139,17 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
     })?;
     let mut table = EpochTable::default();
     let mut bad_lines = Vec::new();
-    for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
+    for (number, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
         let line = line?;
+        // A run killed mid-write can leave a line cut inside a character.
+        let Ok(line) = std::str::from_utf8(&line) else {
+            bad_lines.push(format!("line {}: not UTF-8 text", number + 1));
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let request: ExportTraceServiceRequest = match serde_json::from_str(&line) {
+        let request: ExportTraceServiceRequest = match serde_json::from_str(line) {
             Ok(request) => request,
             Err(e) => {
                 bad_lines.push(format!("line {}: {e}", number + 1));
@@ -195,7 +200,7 @@ impl RunSummary {
                             bytes(m.start),
                             bytes(m.peak),
                             bytes(m.end),
-                            signed_bytes(m.end - m.start),
+                            signed_bytes(m.end.saturating_sub(m.start)),
                         ]),
                         None => row.extend(["-".into(), "-".into(), "-".into(), "-".into()]),
                     }

@@ -37,7 +37,9 @@ impl Inner {
         let metrics = match spawned {
             Ok(_) => metrics_done
                 .recv_timeout(timeout + Duration::from_secs(1))
-                .unwrap_or_else(|_| Err(opentelemetry_sdk::error::OTelSdkError::Timeout(timeout))),
+                .unwrap_or(Err(opentelemetry_sdk::error::OTelSdkError::Timeout(
+                    timeout,
+                ))),
             Err(e) => Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
                 e.to_string(),
             )),

@@ -124,11 +124,6 @@ impl Receiver {
         }
     }
 
-    /// Same as the free function [`unused_endpoint`].
-    pub fn unused_endpoint() -> String {
-        unused_endpoint()
-    }
-
     pub fn protocol(&self) -> Protocol {
         self.protocol
     }
@@ -282,7 +277,7 @@ impl Receiver {
 
     /// Waits until `done` holds for all the points received so far, or until
     /// `timeout` passes, and returns all points received by then either way.
-    pub fn wait_for_points_where(
+    fn wait_for_points_where(
         &self,
         done: impl Fn(&[ReceivedPoint]) -> bool,
         timeout: Duration,
@@ -316,7 +311,7 @@ pub fn unused_endpoint() -> String {
 }
 
 /// A port on `127.0.0.1` where nothing listens (see [`unused_endpoint`]).
-pub fn unused_port() -> u16 {
+fn unused_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a probe socket");
     listener
         .local_addr()
@@ -523,14 +518,6 @@ impl ReceivedPoint {
         }
     }
 
-    /// The sum of a histogram point, if it carried one.
-    pub fn sum(&self) -> Option<f64> {
-        match self.value {
-            PointValue::Histogram { sum, .. } => sum,
-            _ => None,
-        }
-    }
-
     /// The `Str` value of resource attribute `key` (for example `service.name`).
     pub fn resource_str_attr(&self, key: &str) -> Option<&str> {
         self.resource_attributes
@@ -571,11 +558,6 @@ impl RequestHeaders {
             .filter(|(key, _)| key.eq_ignore_ascii_case(name))
             .map(|(_, value)| value.as_str())
             .collect()
-    }
-
-    /// All `(name, value)` pairs, in the order received.
-    pub fn entries(&self) -> &[(String, String)] {
-        &self.entries
     }
 }
 
