@@ -1,0 +1,237 @@
+"""GPU memory on OpenTelemetry, for people who train models.
+
+``gpuspan.init()`` starts the gpuspan Rust core (a sampler thread reading every GPU every
+few milliseconds, and the exporters); ``with gpuspan.epoch(e):`` and
+``with gpuspan.step(s):`` open spans that record the memory at their start and end and the
+peak reached while they were open. The spans are the Rust crate's own, so they carry the
+same attributes and go to the same places (an OTLP collector, or ``gpuspan-runs/<run-id>/``).
+"""
+
+import atexit
+import contextvars
+import functools
+import inspect
+import sys
+import threading
+
+from . import _native
+from ._allocator import Allocator, PeakStack, TorchCudaAllocator
+from ._report import Report, report
+
+__all__ = [
+    "Allocator",
+    "Report",
+    "Span",
+    "Telemetry",
+    "TorchCudaAllocator",
+    "epoch",
+    "init",
+    "record_allocator",
+    "report",
+    "span",
+    "step",
+]
+
+__version__ = _native.__version__
+
+Telemetry = _native.Telemetry
+
+_EPOCH, _STEP, _OTHER = 0, 1, 2
+
+# The open gpuspan span of this thread or asyncio task: the parent of the next one.
+_current = contextvars.ContextVar("gpuspan_current_span", default=None)
+
+_telemetry = None
+# "auto": PyTorch's CUDA allocator once CUDA is initialised; None: off; else an Allocator.
+_allocator_choice = "auto"
+_peaks = None
+
+
+def init(**settings):
+    """Sets gpuspan up and installs it for this process; returns the :class:`Telemetry`.
+
+    Settings not given come from the same environment variables as the Rust crate
+    (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``GPUSPAN_SAMPLE_INTERVAL``, ...); a keyword beats its
+    variable. ``allocator`` chooses the allocator whose peaks spans record: ``"auto"``
+    (PyTorch's CUDA allocator when CUDA is in use), ``None`` (off), or an object with
+    ``read()`` and ``reset_peak()`` (see :class:`Allocator`).
+
+    Raises ``ValueError`` for a setting or variable that does not parse (the message names
+    it), ``TypeError`` for an unknown keyword, ``RuntimeError`` when gpuspan is already set
+    up in this process or an exporter cannot start.
+    """
+    global _telemetry, _allocator_choice, _peaks
+    choice = settings.pop("allocator", "auto")
+    if choice is False:
+        choice = None
+    if not (choice is None or choice == "auto" or _is_allocator(choice)):
+        raise TypeError(
+            "gpuspan.init(allocator=...) takes \"auto\", None, or an object with read() and "
+            f"reset_peak() methods; got {choice!r}"
+        )
+    telemetry = _native.init(settings)
+    first = _telemetry is None
+    _telemetry = telemetry
+    _allocator_choice = choice
+    _peaks = PeakStack(choice) if _is_allocator(choice) else None
+    if first:
+        atexit.register(_shutdown_at_exit)
+    return telemetry
+
+
+def _is_allocator(obj):
+    return callable(getattr(obj, "read", None)) and callable(getattr(obj, "reset_peak", None))
+
+
+def _shutdown_at_exit():
+    telemetry = _telemetry
+    if telemetry is None or telemetry.is_shut_down:
+        return
+    # The summary table is printed by the core: let what Python printed come first.
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    try:
+        telemetry.shutdown()
+    except Exception as error:  # noqa: BLE001 - an exit hook must not raise
+        print(f"gpuspan: {error}", file=sys.stderr)
+
+
+def record_allocator(allocated, reserved):
+    """Records a framework allocator's counters in bytes (for frameworks other than
+    PyTorch): spans open now record the highest values as ``gpu.allocator.allocated.peak``
+    and ``gpu.allocator.reserved.peak``."""
+    _native.record_allocator(allocated, reserved)
+
+
+def _peak_stack():
+    """The allocator peak stack, resolving ``"auto"`` once PyTorch has initialised CUDA."""
+    global _peaks
+    if _peaks is None and _allocator_choice == "auto":
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            _peaks = PeakStack(TorchCudaAllocator(torch))
+    return _peaks
+
+
+def _parent():
+    """The span to nest under: the program's current OpenTelemetry span when it has one
+    (which is gpuspan's own when no other opened inside it), else gpuspan's current span."""
+    mine = _current.get()
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is not None:
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            if mine is not None and context.span_id == mine.span_id:
+                return mine
+            return (context.trace_id, context.span_id, int(context.trace_flags))
+    return mine
+
+
+def _otel_attach(active):
+    """Makes ``active`` the current span of the program's OpenTelemetry API, so spans the
+    program opens inside are its children. ``None`` when OpenTelemetry is not in use."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None or active.trace_id == 0:
+        return None
+    context = trace.SpanContext(
+        active.trace_id,
+        active.span_id,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(active.trace_flags),
+    )
+    return sys.modules["opentelemetry.context"].attach(
+        trace.set_span_in_context(trace.NonRecordingSpan(context))
+    )
+
+
+class Span:
+    """A gpuspan span: a context manager (``with``, ``async with``) and a decorator.
+
+    Each ``with`` opens a new span and ends it at the end of the block, on the thread that
+    opened it; ending it on another thread raises ``RuntimeError``. As a decorator, every
+    call runs in its own span.
+    """
+
+    __slots__ = ("_kind", "_index", "_name", "_attributes", "_open")
+
+    def __init__(self, kind, index, name, attributes):
+        self._kind = kind
+        self._index = index
+        self._name = name
+        self._attributes = attributes or None
+        self._open = []
+
+    def __repr__(self):
+        return f"gpuspan.Span({self._name!r})"
+
+    def __enter__(self):
+        active = _native.open_span(
+            self._kind, self._index, self._name, self._attributes, _parent()
+        )
+        peaks = _peak_stack()
+        frame = peaks.open() if peaks is not None else None
+        token = _current.set(active)
+        otel = _otel_attach(active)
+        self._open.append((active, threading.get_ident(), token, otel, peaks, frame))
+        return active
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._open:
+            raise RuntimeError(f"gpuspan span {self._name!r} is not open")
+        active, thread, token, otel, peaks, frame = self._open[-1]
+        if thread != threading.get_ident():
+            # The same check as the core's, before anything else is touched.
+            active.end()
+        figures = peaks.close(frame) if frame is not None else None
+        error = None if exc_type is None else f"{exc_type.__name__}: {exc}"
+        active.end(figures, error)
+        self._open.pop()
+        if otel is not None:
+            sys.modules["opentelemetry.context"].detach(otel)
+        _current.reset(token)
+        return False
+
+    async def __aenter__(self):
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type, exc, tb):
+        return self.__exit__(exc_type, exc, tb)
+
+    def _fresh(self):
+        return Span(self._kind, self._index, self._name, self._attributes)
+
+    def __call__(self, func):
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def run_async(*args, **kwargs):
+                async with self._fresh():
+                    return await func(*args, **kwargs)
+
+            return run_async
+
+        @functools.wraps(func)
+        def run(*args, **kwargs):
+            with self._fresh():
+                return func(*args, **kwargs)
+
+        return run
+
+
+def epoch(index, **attributes):
+    """An ``epoch`` span with ``ml.epoch = index``; keywords become attributes
+    (``gpuspan.epoch(3, lr=0.1)``)."""
+    return Span(_EPOCH, index, "epoch", attributes)
+
+
+def step(index, **attributes):
+    """A ``step`` span with ``ml.step = index``; keywords become attributes
+    (``gpuspan.step(7, batch_size=64)``, which the batch-size fit reads)."""
+    return Span(_STEP, index, "step", attributes)
+
+
+def span(name, **attributes):
+    """A span named ``name`` for any other phase (``"eval"``, ``"checkpoint"``)."""
+    return Span(_OTHER, 0, str(name), attributes)
