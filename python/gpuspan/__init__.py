@@ -87,11 +87,12 @@ def _shutdown_at_exit():
     telemetry = _telemetry
     if telemetry is None or telemetry.is_shut_down:
         return
-    # The summary table is printed by the core: let what Python printed come first.
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
+    # The core prints the summary table: let what Python printed come first.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream at exit
+            pass
     try:
         telemetry.shutdown()
     except Exception as error:  # noqa: BLE001 - an exit hook must not raise

@@ -6,13 +6,13 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+/// One run: its path, the table as text, the memory source, and a dict per epoch.
+type Run<'py> = (String, String, Option<String>, Vec<Bound<'py, PyDict>>);
+
 /// The runs in `dir` (itself, its `rank-*` runs, or the newest run in a directory of runs),
 /// each as `(path, table text, source, [epoch rows as dicts])`.
 #[pyfunction]
-pub(crate) fn read_run<'py>(
-    py: Python<'py>,
-    dir: PathBuf,
-) -> PyResult<Vec<(String, String, Option<String>, Vec<Bound<'py, PyDict>>)>> {
+pub(crate) fn read_run<'py>(py: Python<'py>, dir: PathBuf) -> PyResult<Vec<Run<'py>>> {
     let runs = gpuspan::cli::runs_in(&dir).map_err(PyValueError::new_err)?;
     let mut out = Vec::with_capacity(runs.len());
     for run in runs {

@@ -47,7 +47,11 @@ pub(crate) fn apply(mut builder: Builder, settings: &Bound<'_, PyDict>) -> PyRes
                 || e.is_instance_of::<PyTypeError>(value.py())
             {
                 // Name the keyword in every conversion error.
-                PyValueError::new_err(format!("gpuspan.init({key}={}): {}", repr(&value), e.value(value.py())))
+                PyValueError::new_err(format!(
+                    "gpuspan.init({key}={}): {}",
+                    repr(&value),
+                    e.value(value.py())
+                ))
             } else {
                 e
             }
@@ -75,7 +79,11 @@ fn setting(builder: Builder, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Bu
         "protocol" => builder.protocol(match value.extract::<String>()?.as_str() {
             "grpc" => Protocol::Grpc,
             "http/protobuf" => Protocol::HttpProtobuf,
-            _ => return Err(PyValueError::new_err("expected \"grpc\" or \"http/protobuf\"")),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "expected \"grpc\" or \"http/protobuf\"",
+                ))
+            }
         }),
         "headers" => {
             let mut builder = builder;
@@ -110,12 +118,13 @@ fn duration(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
         return Ok(delta);
     } else {
         value.extract::<f64>().map_err(|_| {
-            PyTypeError::new_err("expected seconds (a number), a timedelta, or a string such as \"5ms\"")
+            PyTypeError::new_err(
+                "expected seconds (a number), a timedelta, or a string such as \"5ms\"",
+            )
         })?
     };
-    Duration::try_from_secs_f64(seconds).map_err(|_| {
-        PyValueError::new_err("expected a duration of zero or more seconds")
-    })
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| PyValueError::new_err("expected a duration of zero or more seconds"))
 }
 
 fn parse_duration(text: &str) -> PyResult<f64> {
@@ -129,12 +138,15 @@ fn parse_duration(text: &str) -> PyResult<f64> {
         "us" | "µs" => 1e-6,
         "ms" => 1e-3,
         "s" | "" => 1.0,
-        _ => return Err(PyValueError::new_err("expected a duration such as \"5ms\", \"500us\" or \"2s\"")),
+        _ => {
+            return Err(PyValueError::new_err(
+                "expected a duration such as \"5ms\", \"500us\" or \"2s\"",
+            ))
+        }
     };
-    number
-        .parse::<f64>()
-        .map(|n| n * scale)
-        .map_err(|_| PyValueError::new_err("expected a duration such as \"5ms\", \"500us\" or \"2s\""))
+    number.parse::<f64>().map(|n| n * scale).map_err(|_| {
+        PyValueError::new_err("expected a duration such as \"5ms\", \"500us\" or \"2s\"")
+    })
 }
 
 /// A comma-separated string, or a list of NVML indexes and `GPU-...` UUIDs.
@@ -171,7 +183,7 @@ fn socket_addr(value: &Bound<'_, PyAny>) -> PyResult<SocketAddr> {
     if let Ok(port) = text.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    text.parse()
-        .map_err(|_| PyValueError::new_err("expected a port or an address such as \"127.0.0.1:9464\""))
+    text.parse().map_err(|_| {
+        PyValueError::new_err("expected a port or an address such as \"127.0.0.1:9464\"")
+    })
 }
-
