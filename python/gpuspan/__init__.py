@@ -16,6 +16,7 @@ import threading
 
 from . import _native
 from ._allocator import Allocator, PeakStack, TorchCudaAllocator
+from ._otel import load as _load_otel
 from ._report import Report, report
 
 __all__ = [
@@ -45,6 +46,9 @@ _telemetry = None
 # "auto": PyTorch's CUDA allocator once CUDA is initialised; None: off; else an Allocator.
 _allocator_choice = "auto"
 _peaks = None
+_otel = None
+_open_span = _native.open_span
+_get_ident = threading.get_ident
 
 
 def init(**settings):
@@ -116,35 +120,12 @@ def _peak_stack():
     return _peaks
 
 
-def _parent():
-    """The span to nest under: the program's current OpenTelemetry span when it has one
-    (which is gpuspan's own when no other opened inside it), else gpuspan's current span."""
-    mine = _current.get()
-    trace = sys.modules.get("opentelemetry.trace")
-    if trace is not None:
-        context = trace.get_current_span().get_span_context()
-        if context.is_valid:
-            if mine is not None and context.span_id == mine.span_id:
-                return mine
-            return (context.trace_id, context.span_id, int(context.trace_flags))
-    return mine
-
-
-def _otel_attach(active):
-    """Makes ``active`` the current span of the program's OpenTelemetry API, so spans the
-    program opens inside are its children. ``None`` when OpenTelemetry is not in use."""
-    trace = sys.modules.get("opentelemetry.trace")
-    if trace is None or active.trace_id == 0:
-        return None
-    context = trace.SpanContext(
-        active.trace_id,
-        active.span_id,
-        is_remote=False,
-        trace_flags=trace.TraceFlags(active.trace_flags),
-    )
-    return sys.modules["opentelemetry.context"].attach(
-        trace.set_span_in_context(trace.NonRecordingSpan(context))
-    )
+def _interop():
+    """The OpenTelemetry interop once the program has imported the API, else ``None``."""
+    global _otel
+    if _otel is None:
+        _otel = _load_otel()
+    return _otel
 
 
 class Span:
@@ -168,29 +149,30 @@ class Span:
         return f"gpuspan.Span({self._name!r})"
 
     def __enter__(self):
-        active = _native.open_span(
-            self._kind, self._index, self._name, self._attributes, _parent()
-        )
-        peaks = _peak_stack()
+        mine = _current.get()
+        otel = _otel if _otel is not None else _interop()
+        parent = mine if otel is None else otel.parent(mine)
+        active = _open_span(self._kind, self._index, self._name, self._attributes, parent)
+        peaks = _peaks if _peaks is not None or _allocator_choice != "auto" else _peak_stack()
         frame = peaks.open() if peaks is not None else None
         token = _current.set(active)
-        otel = _otel_attach(active)
-        self._open.append((active, threading.get_ident(), token, otel, peaks, frame))
+        attached = otel.enter(active) if otel is not None and active.trace_id else None
+        self._open.append((active, _get_ident(), token, otel, attached, peaks, frame))
         return active
 
     def __exit__(self, exc_type, exc, tb):
         if not self._open:
             raise RuntimeError(f"gpuspan span {self._name!r} is not open")
-        active, thread, token, otel, peaks, frame = self._open[-1]
-        if thread != threading.get_ident():
-            # The same check as the core's, before anything else is touched.
+        active, thread, token, otel, attached, peaks, frame = self._open[-1]
+        if thread != _get_ident():
+            # The core's own check raises the error, before anything else is touched.
             active.end()
         figures = peaks.close(frame) if frame is not None else None
         error = None if exc_type is None else f"{exc_type.__name__}: {exc}"
         active.end(figures, error)
         self._open.pop()
-        if otel is not None:
-            sys.modules["opentelemetry.context"].detach(otel)
+        if attached is not None:
+            otel.detach(attached)
         _current.reset(token)
         return False
 

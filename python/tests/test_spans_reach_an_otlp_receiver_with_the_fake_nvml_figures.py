@@ -48,6 +48,8 @@ def test_spans_carry_the_scripted_memory(tmp_path, fake_nvml, receiver):
     assert s["gpu.memory.source"] == "nvml"
     assert s["gpu.memory.samples"] > 100  # 1.2 s at 2 ms
     assert s["process.memory.peak"] > 0
+    # No allocator in use (PyTorch is not imported): no allocator figures.
+    assert not any(key.startswith("gpu.allocator.") for key in s)
 
     # One trace: the epoch is its root, the step and the eval span its children.
     assert step.trace_id == epoch.trace_id == evaluation.trace_id
