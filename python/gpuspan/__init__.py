@@ -154,7 +154,11 @@ class Span:
         parent = mine if otel is None else otel.parent(mine)
         active = _open_span(self._kind, self._index, self._name, self._attributes, parent)
         peaks = _peaks if _peaks is not None or _allocator_choice != "auto" else _peak_stack()
-        frame = peaks.open() if peaks is not None else None
+        try:
+            frame = peaks.open() if peaks is not None else None
+        except BaseException as error:
+            active.end(None, f"allocator: {type(error).__name__}: {error}")
+            raise
         token = _current.set(active)
         attached = otel.enter(active) if otel is not None and active.trace_id else None
         self._open.append((active, _get_ident(), token, otel, attached, peaks, frame))
@@ -167,13 +171,23 @@ class Span:
         if thread != _get_ident():
             # The core's own check raises the error, before anything else is touched.
             active.end()
-        figures = peaks.close(frame) if frame is not None else None
-        error = None if exc_type is None else f"{exc_type.__name__}: {exc}"
-        active.end(figures, error)
         self._open.pop()
-        if attached is not None:
-            otel.detach(attached)
-        _current.reset(token)
+        error = None if exc_type is None else f"{exc_type.__name__}: {exc}"
+        figures = None
+        try:
+            if frame is not None:
+                figures = peaks.close(frame)
+        finally:
+            # The span ends and stops being current even if the allocator failed.
+            try:
+                active.end(figures, error)
+            finally:
+                if attached is not None:
+                    otel.detach(attached)
+                try:
+                    _current.reset(token)
+                except ValueError:  # exited in another asyncio task: nothing to undo
+                    pass
         return False
 
     async def __aenter__(self):

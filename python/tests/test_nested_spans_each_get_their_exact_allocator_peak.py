@@ -115,3 +115,29 @@ def test_spans_closed_out_of_order_fold_into_the_enclosing_span():
     a.malloc(30)
     assert stack.close(second) == (70, 30, 70, 70, 70, 70)
     assert stack.close(outer) == (0, 30, 70, 0, 70, 70)
+
+
+def test_a_failing_allocator_raises_and_the_span_still_ends(tmp_path, fake_nvml):
+    script = """
+import gpuspan
+
+class Broken:
+    def read(self):
+        raise OSError("device lost")
+
+    def reset_peak(self):
+        pass
+
+telemetry = gpuspan.init(run_id="r", allocator=Broken())
+try:
+    with gpuspan.step(0):
+        pass
+except OSError as error:
+    print("raised:", error)
+telemetry.shutdown()
+"""
+    proc = run_python(script, tmp_path, clean_env(GPUSPAN_NVML_LIB=fake_nvml))
+    assert proc.stdout.splitlines() == ["raised: device lost"]
+    (step,) = read_spans(tmp_path / "gpuspan-runs" / "r" / "traces.jsonl")
+    assert step["status"]["code"] == 2
+    assert step["status"]["message"] == "allocator: OSError: device lost"
