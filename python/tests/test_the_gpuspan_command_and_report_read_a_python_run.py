@@ -1,7 +1,6 @@
 """A script that never calls shutdown() still writes its run directory (at interpreter
 exit); the wheel's `gpuspan` command and `gpuspan.report()` (terminal and Jupyter) read it."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,4 +82,8 @@ def test_the_command_has_report_and_watch(tmp_path, fake_nvml):
         [gpuspan_command(), "report", str(tmp_path)], capture_output=True, text=True, env=env
     )
     assert failed.returncode == 1 and "holds no run" in failed.stderr
-    assert os.path.isfile(gpuspan_command())
+    module = subprocess.run(
+        [sys.executable, "-m", "gpuspan", "--version"],
+        capture_output=True, text=True, env=env, check=True, cwd=tmp_path,
+    )
+    assert module.stdout.strip() == f"gpuspan {gpuspan.__version__}"
