@@ -49,6 +49,7 @@ _peaks = None
 _otel = None
 _open_span = _native.open_span
 _get_ident = threading.get_ident
+_modules = sys.modules
 
 
 def init(**settings):
@@ -149,18 +150,23 @@ class Span:
         return f"gpuspan.Span({self._name!r})"
 
     def __enter__(self):
+        # Module lookups inlined: this runs on every training step.
         mine = _current.get()
-        otel = _otel if _otel is not None else _interop()
+        otel = _otel
+        if otel is None and "opentelemetry.trace" in _modules:
+            otel = _interop()
         parent = mine if otel is None else otel.parent(mine)
         active = _open_span(self._kind, self._index, self._name, self._attributes, parent)
-        peaks = _peaks if _peaks is not None or _allocator_choice != "auto" else _peak_stack()
+        peaks = _peaks
+        if peaks is None and "torch" in _modules and _allocator_choice == "auto":
+            peaks = _peak_stack()
         try:
             frame = peaks.open() if peaks is not None else None
         except BaseException as error:
             active.end(None, f"allocator: {type(error).__name__}: {error}")
             raise
         token = _current.set(active)
-        attached = otel.enter(active) if otel is not None and active.trace_id else None
+        attached = otel.enter(active) if otel is not None and active.valid else None
         self._open.append((active, _get_ident(), token, otel, attached, peaks, frame))
         return active
 

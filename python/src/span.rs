@@ -48,6 +48,10 @@ pub(crate) struct ActiveSpan {
     span_id: u64,
     #[pyo3(get)]
     trace_flags: u8,
+    /// Whether the span has a valid context (gpuspan is set up and the span is recorded):
+    /// cheaper to read than `trace_id`, which is a 128-bit integer.
+    #[pyo3(get)]
+    valid: bool,
 }
 
 /// Opens a span: `kind` 0 = epoch, 1 = step, 2 = a named span.
@@ -105,6 +109,7 @@ pub(crate) fn open_span(
         trace_id,
         span_id,
         trace_flags,
+        valid: trace_id != 0,
     })
 }
 
