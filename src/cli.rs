@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
 use crate::runlog;
+use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "gpuspan", version, about = "GPU memory on OpenTelemetry")]
