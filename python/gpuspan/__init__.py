@@ -11,6 +11,7 @@ import atexit
 import contextvars
 import functools
 import inspect
+import signal
 import sys
 import threading
 
@@ -74,7 +75,16 @@ def init(**settings):
             "gpuspan.init(allocator=...) takes \"auto\", None, or an object with read() and "
             f"reset_peak() methods; got {choice!r}"
         )
+    # The core's signal handler flushes and then ends the process, before Python's own
+    # handlers run: Ctrl-C would not raise KeyboardInterrupt. In Python, the interpreter
+    # handles the signals instead, and the `with` blocks and the exit hook do the flushing.
+    flush_on_signal = settings.pop("flush_on_signal", True)
+    if not isinstance(flush_on_signal, bool):
+        raise ValueError(f"gpuspan.init(flush_on_signal={flush_on_signal!r}): expected True or False")
+    settings["flush_on_signal"] = False
     telemetry = _native.init(settings)
+    if flush_on_signal:
+        _exit_on_sigterm()
     first = _telemetry is None
     _telemetry = telemetry
     _allocator_choice = choice
@@ -82,6 +92,19 @@ def init(**settings):
     if first:
         atexit.register(_shutdown_at_exit)
     return telemetry
+
+
+def _exit_on_sigterm():
+    """SIGTERM raises SystemExit, as Ctrl-C raises KeyboardInterrupt, so that open spans
+    end and completed ones are flushed at exit; only where the program has no handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+
+
+def _raise_system_exit(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _is_allocator(obj):
@@ -178,7 +201,7 @@ class Span:
             # The core's own check raises the error, before anything else is touched.
             active.end()
         self._open.pop()
-        error = None if exc_type is None else f"{exc_type.__name__}: {exc}"
+        error = None if exc_type is None else _describe(exc_type, exc)
         figures = None
         try:
             if frame is not None:
@@ -221,6 +244,11 @@ class Span:
                 return func(*args, **kwargs)
 
         return run
+
+
+def _describe(exc_type, exc):
+    text = str(exc)
+    return f"{exc_type.__name__}: {text}" if text else exc_type.__name__
 
 
 def epoch(index, **attributes):
