@@ -130,29 +130,32 @@ fn parent_context(parent: &Bound<'_, PyAny>) -> PyResult<Context> {
     Ok(Context::new().with_remote_span_context(remote))
 }
 
-/// Keyword attributes as OTel values: bool, int, float and str as themselves, anything
-/// else as its `str()`.
+/// Keyword attributes as OTel values.
 fn convert(dict: &Bound<'_, PyDict>) -> PyResult<Vec<KeyValue>> {
     let mut out = Vec::with_capacity(dict.len());
     for (key, value) in dict.iter() {
-        let key: String = key.extract()?;
-        let value: Value = if value.is_instance_of::<PyBool>() {
-            value.extract::<bool>()?.into()
-        } else if value.is_instance_of::<PyInt>() {
-            match value.extract::<i64>() {
-                Ok(v) => v.into(),
-                Err(_) => value.str()?.to_string().into(),
-            }
-        } else if value.is_instance_of::<PyFloat>() {
-            value.extract::<f64>()?.into()
-        } else if let Ok(text) = value.downcast::<PyString>() {
-            text.to_cow()?.into_owned().into()
-        } else {
-            value.str()?.to_string().into()
-        };
-        out.push(KeyValue::new(key, value));
+        out.push(KeyValue::new(key.extract::<String>()?, value_of(&value)?));
     }
     Ok(out)
+}
+
+/// bool, int, float and str as themselves; an int beyond 64 bits and anything else as its
+/// `str()`.
+fn value_of(value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    Ok(if value.is_instance_of::<PyBool>() {
+        value.extract::<bool>()?.into()
+    } else if value.is_instance_of::<PyInt>() {
+        match value.extract::<i64>() {
+            Ok(v) => v.into(),
+            Err(_) => value.str()?.to_string().into(),
+        }
+    } else if value.is_instance_of::<PyFloat>() {
+        value.extract::<f64>()?.into()
+    } else if let Ok(text) = value.downcast::<PyString>() {
+        text.to_cow()?.into_owned().into()
+    } else {
+        value.str()?.to_string().into()
+    })
 }
 
 #[pymethods]
@@ -192,6 +195,27 @@ impl ActiveSpan {
             span.set_status(Status::error(message));
         }
         drop(opened);
+        Ok(())
+    }
+
+    /// Sets an attribute on the open span (a figure known only at the end of a step, such
+    /// as the loss): bool, int, float and str as themselves, anything else as its `str()`.
+    fn set_attribute(&self, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let here = std::thread::current().id();
+        if here != self.thread {
+            return Err(PyRuntimeError::new_err(format!(
+                "gpuspan span {:?} was opened on thread {:?}: set its attributes on that thread",
+                self.name, self.thread
+            )));
+        }
+        let guard = self
+            .opened
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("gpuspan span is unusable after a crash"))?;
+        let opened = guard.as_ref().ok_or_else(|| {
+            PyRuntimeError::new_err(format!("gpuspan span {:?} has already ended", self.name))
+        })?;
+        opened.0.guard.span().set_attribute(key, value_of(value)?);
         Ok(())
     }
 

@@ -11,8 +11,9 @@ import gpuspan
 
 telemetry = gpuspan.init(service_name="py-train", sample_interval="2ms")
 with gpuspan.epoch(0, lr=0.1):
-    with gpuspan.step(0, batch_size=32):
+    with gpuspan.step(0, batch_size=32) as step:
         time.sleep(1.2)  # the fake device spikes from 400 to 600 ms after init
+        step.set_attribute("loss", 0.25)
     with gpuspan.span("eval", split="val"):
         pass
 telemetry.shutdown()
@@ -37,7 +38,7 @@ def test_spans_carry_the_scripted_memory(tmp_path, fake_nvml, receiver):
     e, s, v = attributes(epoch), attributes(step), attributes(evaluation)
 
     assert e["ml.epoch"] == 0 and e["lr"] == 0.1
-    assert s["ml.step"] == 0 and s["batch_size"] == 32
+    assert s["ml.step"] == 0 and s["batch_size"] == 32 and s["loss"] == 0.25
     assert v["split"] == "val"
 
     assert (s["gpu.memory.start"], s["gpu.memory.peak"], s["gpu.memory.end"]) == (BASE, SPIKE, AFTER)
