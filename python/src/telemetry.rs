@@ -36,6 +36,10 @@ pub(crate) fn init(py: Python<'_>, settings: Option<&Bound<'_, PyDict>>) -> PyRe
 fn init_error(error: InitError) -> PyErr {
     match error {
         InitError::InvalidSetting { .. } => PyValueError::new_err(error.to_string()),
+        InitError::AlreadyInstalled => PyRuntimeError::new_err(
+            "gpuspan is already set up in this process (a global tracing subscriber is \
+             installed): call gpuspan.init() once and keep the Telemetry it returns",
+        ),
         other => PyRuntimeError::new_err(other.to_string()),
     }
 }

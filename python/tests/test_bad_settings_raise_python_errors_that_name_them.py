@@ -60,4 +60,5 @@ def test_an_allocator_without_the_methods_is_a_type_error(tmp_path):
 
 def test_a_second_init_is_a_runtime_error(tmp_path):
     out = outcome(tmp_path, "gpuspan.init(traces_exporter='none', metrics_exporter='none'); gpuspan.init()")
-    assert out.startswith("RuntimeError: ") and "already installed" in out, out
+    assert out.startswith("RuntimeError: gpuspan is already set up in this process"), out
+    assert "call gpuspan.init() once" in out
