@@ -83,7 +83,7 @@ def init(**settings):
         raise ValueError(f"gpuspan.init(flush_on_signal={flush_on_signal!r}): expected True or False")
     settings["flush_on_signal"] = False
     telemetry = _native.init(settings)
-    if flush_on_signal:
+    if flush_on_signal and telemetry.run_id is not None:  # None: disabled
         _exit_on_sigterm()
     first = _telemetry is None
     _telemetry = telemetry
