@@ -47,8 +47,13 @@ with gpuspan.epoch(0):
     a.malloc(10 * MIB)  # kept past the epoch
 with gpuspan.epoch(1):
     with gpuspan.step(0):
-        a.malloc(20 * MIB)
-        a.free(20 * MIB)
+        # The higher peak first: the second span's reset must not lose it for the step.
+        with gpuspan.span("forward"):
+            a.malloc(200 * MIB)
+            a.free(200 * MIB)
+        with gpuspan.span("backward"):
+            a.malloc(20 * MIB)
+            a.free(20 * MIB)
 telemetry.shutdown()
 """
 
@@ -70,17 +75,21 @@ def test_each_span_has_its_own_exact_peak(tmp_path, fake_nvml):
         (s for s in spans if s["name"] == "step"), key=lambda s: int(s["startTimeUnixNano"])
     )
     (evaluation,) = [s for s in spans if s["name"] == "eval"]
+    (forward,) = [s for s in spans if s["name"] == "forward"]
+    (backward,) = [s for s in spans if s["name"] == "backward"]
 
     # (allocated start, peak, end, reserved start, peak, end) in MiB
     assert [figures(s) for s in steps] == [
         (100, 400, 100, 100, 400, 400),
         (100, 600, 100, 400, 600, 600),
         (100, 300, 100, 600, 600, 600),
-        (110, 130, 110, 600, 600, 600),
+        (110, 310, 110, 600, 600, 600),
     ]
     assert figures(evaluation) == (100, 150, 100, 600, 600, 600)
+    assert figures(forward) == (110, 310, 110, 600, 600, 600)
+    assert figures(backward) == (110, 130, 110, 600, 600, 600)
     assert figures(epochs[0]) == (100, 600, 110, 100, 600, 600)
-    assert figures(epochs[1]) == (110, 130, 110, 600, 600, 600)
+    assert figures(epochs[1]) == (110, 310, 110, 600, 600, 600)
 
 
 def test_record_allocator_feeds_the_peaks_of_open_spans(tmp_path, fake_nvml):
