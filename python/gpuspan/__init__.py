@@ -194,13 +194,20 @@ class Span:
         return active
 
     def __exit__(self, exc_type, exc, tb):
-        if not self._open:
+        entries = self._open
+        if not entries:
             raise RuntimeError(f"gpuspan span {self._name!r} is not open")
-        active, thread, token, otel, attached, peaks, frame = self._open[-1]
-        if thread != _get_ident():
-            # The core's own check raises the error, before anything else is touched.
-            active.end()
-        self._open.pop()
+        # The latest entry opened on this thread (one Span object may be entered by
+        # several threads at once).
+        ident = _get_ident()
+        i = len(entries) - 1
+        while entries[i][1] != ident:
+            i -= 1
+            if i < 0:
+                # The core's own check raises the error, before anything is touched.
+                entries[-1][0].end()
+                raise RuntimeError(f"gpuspan span {self._name!r} is not open on this thread")
+        active, _, token, otel, attached, peaks, frame = entries.pop(i)
         error = None if exc_type is None else _describe(exc_type, exc)
         figures = None
         try:

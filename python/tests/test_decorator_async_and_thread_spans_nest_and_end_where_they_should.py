@@ -45,6 +45,31 @@ for t in threads:
 for t in threads:
     t.join()
 
+# One Span object entered by two threads at once: the first in leaves first, and each
+# thread ends its own span.
+shared = gpuspan.span("shared")
+first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+def enters_first():
+    try:
+        with shared:
+            first_in.set()
+            second_in.wait(10)
+    finally:
+        first_out.set()
+
+def enters_second():
+    first_in.wait(10)
+    with shared:
+        second_in.set()
+        first_out.wait(10)
+
+threads = [threading.Thread(target=f) for f in (enters_first, enters_second)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+
 crossing = gpuspan.span("crossing")
 crossing.__enter__()
 errors = []
@@ -101,6 +126,7 @@ def test_spans_from_decorators_tasks_and_threads(tmp_path, fake_nvml):
     assert "ERROR: gpuspan span \"crossing\" was opened on thread" in proc.stdout
     assert "end a span on the thread that opened it" in proc.stdout
     assert counts["crossing"] == 1
+    assert counts["shared"] == 2
 
     # An exception leaving the block marks the span as failed, with the exception.
     (fails,) = by_name["fails"]
