@@ -46,6 +46,8 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+#[cfg(feature = "cli")]
+pub mod cli;
 mod config;
 mod error;
 mod export;

@@ -333,7 +333,16 @@ impl<E: SpanExporter + 'static> Worker<E> {
 
     /// Adds the span's memory attributes, shows it to every tap, and buffers it.
     fn accept(&mut self, mut span: SpanData, figures: Option<Box<SpanFigures>>) {
-        if let Some(figures) = figures {
+        if let Some(mut figures) = figures {
+            // Allocator peaks the program recorded on the span itself (the Python package's
+            // exact per-span peaks) win over the pushed counters' watermark.
+            let has = |key: &str| span.attributes.iter().any(|kv| kv.key.as_str() == key);
+            if figures.allocated_peak.is_some() && has("gpu.allocator.allocated.peak") {
+                figures.allocated_peak = None;
+            }
+            if figures.reserved_peak.is_some() && has("gpu.allocator.reserved.peak") {
+                figures.reserved_peak = None;
+            }
             self.attributes.clear();
             figures.attributes(&mut self.attributes);
             span.attributes.append(&mut self.attributes);

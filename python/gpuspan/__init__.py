@@ -1,0 +1,275 @@
+"""GPU memory on OpenTelemetry, for people who train models.
+
+``gpuspan.init()`` starts the gpuspan Rust core (a sampler thread reading every GPU every
+few milliseconds, and the exporters); ``with gpuspan.epoch(e):`` and
+``with gpuspan.step(s):`` open spans that record the memory at their start and end and the
+peak reached while they were open. The spans are the Rust crate's own, so they carry the
+same attributes and go to the same places (an OTLP collector, or ``gpuspan-runs/<run-id>/``).
+"""
+
+import atexit
+import contextvars
+import functools
+import inspect
+import signal
+import sys
+import threading
+
+from . import _native
+from ._allocator import Allocator, PeakStack, TorchCudaAllocator
+from ._otel import load as _load_otel
+from ._report import Report, report
+
+__all__ = [
+    "Allocator",
+    "Report",
+    "Span",
+    "Telemetry",
+    "TorchCudaAllocator",
+    "epoch",
+    "init",
+    "record_allocator",
+    "report",
+    "span",
+    "step",
+]
+
+__version__ = _native.__version__
+
+Telemetry = _native.Telemetry
+
+_EPOCH, _STEP, _OTHER = 0, 1, 2
+
+# The open gpuspan span of this thread or asyncio task: the parent of the next one.
+_current = contextvars.ContextVar("gpuspan_current_span", default=None)
+
+_telemetry = None
+# "auto": PyTorch's CUDA allocator once CUDA is initialised; None: off; else an Allocator.
+_allocator_choice = "auto"
+_peaks = None
+_otel = None
+_open_span = _native.open_span
+_get_ident = threading.get_ident
+_modules = sys.modules
+
+
+def init(**settings):
+    """Sets gpuspan up and installs it for this process; returns the :class:`Telemetry`.
+
+    Settings not given come from the same environment variables as the Rust crate
+    (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``GPUSPAN_SAMPLE_INTERVAL``, ...); a keyword beats its
+    variable. ``allocator`` chooses the allocator whose peaks spans record: ``"auto"``
+    (PyTorch's CUDA allocator when CUDA is in use), ``None`` (off), or an object with
+    ``read()`` and ``reset_peak()`` (see :class:`Allocator`).
+
+    Raises ``ValueError`` for a setting or variable that does not parse (the message names
+    it), ``TypeError`` for an unknown keyword, ``RuntimeError`` when gpuspan is already set
+    up in this process or an exporter cannot start.
+    """
+    global _telemetry, _allocator_choice, _peaks
+    choice = settings.pop("allocator", "auto")
+    if choice is False:
+        choice = None
+    if not (choice is None or choice == "auto" or _is_allocator(choice)):
+        raise TypeError(
+            "gpuspan.init(allocator=...) takes \"auto\", None, or an object with read() and "
+            f"reset_peak() methods; got {choice!r}"
+        )
+    # The core's signal handler flushes and then ends the process, before Python's own
+    # handlers run: Ctrl-C would not raise KeyboardInterrupt. In Python, the interpreter
+    # handles the signals instead, and the `with` blocks and the exit hook do the flushing.
+    flush_on_signal = settings.pop("flush_on_signal", True)
+    if not isinstance(flush_on_signal, bool):
+        raise ValueError(f"gpuspan.init(flush_on_signal={flush_on_signal!r}): expected True or False")
+    settings["flush_on_signal"] = False
+    telemetry = _native.init(settings)
+    if flush_on_signal and telemetry.run_id is not None:  # None: disabled
+        _exit_on_sigterm()
+    first = _telemetry is None
+    _telemetry = telemetry
+    _allocator_choice = choice
+    _peaks = PeakStack(choice) if _is_allocator(choice) else None
+    if first:
+        atexit.register(_shutdown_at_exit)
+    return telemetry
+
+
+def _exit_on_sigterm():
+    """SIGTERM raises SystemExit, as Ctrl-C raises KeyboardInterrupt, so that open spans
+    end and completed ones are flushed at exit; only where the program has no handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+
+
+def _raise_system_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _is_allocator(obj):
+    return callable(getattr(obj, "read", None)) and callable(getattr(obj, "reset_peak", None))
+
+
+def _shutdown_at_exit():
+    telemetry = _telemetry
+    if telemetry is None or telemetry.is_shut_down:
+        return
+    # The core prints the summary table: let what Python printed come first.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream at exit
+            pass
+    try:
+        telemetry.shutdown()
+    except Exception as error:  # noqa: BLE001 - an exit hook must not raise
+        print(f"gpuspan: {error}", file=sys.stderr)
+
+
+def record_allocator(allocated, reserved):
+    """Records a framework allocator's counters in bytes (for frameworks other than
+    PyTorch): spans open now record the highest values as ``gpu.allocator.allocated.peak``
+    and ``gpu.allocator.reserved.peak``."""
+    _native.record_allocator(allocated, reserved)
+
+
+def _peak_stack():
+    """The allocator peak stack, resolving ``"auto"`` once PyTorch has initialised CUDA."""
+    global _peaks
+    if _peaks is None and _allocator_choice == "auto":
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            _peaks = PeakStack(TorchCudaAllocator(torch))
+    return _peaks
+
+
+def _interop():
+    """The OpenTelemetry interop once the program has imported the API, else ``None``."""
+    global _otel
+    if _otel is None:
+        _otel = _load_otel()
+    return _otel
+
+
+class Span:
+    """A gpuspan span: a context manager (``with``, ``async with``) and a decorator.
+
+    Each ``with`` opens a new span and ends it at the end of the block, on the thread that
+    opened it; ending it on another thread raises ``RuntimeError``. As a decorator, every
+    call runs in its own span.
+    """
+
+    __slots__ = ("_kind", "_index", "_name", "_attributes", "_open")
+
+    def __init__(self, kind, index, name, attributes):
+        self._kind = kind
+        self._index = index
+        self._name = name
+        self._attributes = attributes or None
+        self._open = []
+
+    def __repr__(self):
+        return f"gpuspan.Span({self._name!r})"
+
+    def __enter__(self):
+        # Module lookups inlined: this runs on every training step.
+        mine = _current.get()
+        otel = _otel
+        if otel is None and "opentelemetry.trace" in _modules:
+            otel = _interop()
+        parent = mine if otel is None else otel.parent(mine)
+        active = _open_span(self._kind, self._index, self._name, self._attributes, parent)
+        peaks = _peaks
+        if peaks is None and "torch" in _modules and _allocator_choice == "auto":
+            peaks = _peak_stack()
+        try:
+            frame = peaks.open() if peaks is not None else None
+        except BaseException as error:
+            active.end(None, f"allocator: {type(error).__name__}: {error}")
+            raise
+        token = _current.set(active)
+        attached = otel.enter(active) if otel is not None and active.valid else None
+        self._open.append((active, _get_ident(), token, otel, attached, peaks, frame))
+        return active
+
+    def __exit__(self, exc_type, exc, tb):
+        entries = self._open
+        if not entries:
+            raise RuntimeError(f"gpuspan span {self._name!r} is not open")
+        # The latest entry opened on this thread (one Span object may be entered by
+        # several threads at once).
+        ident = _get_ident()
+        i = len(entries) - 1
+        while entries[i][1] != ident:
+            i -= 1
+            if i < 0:
+                # The core's own check raises the error, before anything is touched.
+                entries[-1][0].end()
+                raise RuntimeError(f"gpuspan span {self._name!r} is not open on this thread")
+        active, _, token, otel, attached, peaks, frame = entries.pop(i)
+        error = None if exc_type is None else _describe(exc_type, exc)
+        figures = None
+        try:
+            if frame is not None:
+                figures = peaks.close(frame)
+        finally:
+            # The span ends and stops being current even if the allocator failed.
+            try:
+                active.end(figures, error)
+            finally:
+                if attached is not None:
+                    otel.detach(attached)
+                try:
+                    _current.reset(token)
+                except ValueError:  # exited in another asyncio task: nothing to undo
+                    pass
+        return False
+
+    async def __aenter__(self):
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type, exc, tb):
+        return self.__exit__(exc_type, exc, tb)
+
+    def _fresh(self):
+        return Span(self._kind, self._index, self._name, self._attributes)
+
+    def __call__(self, func):
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def run_async(*args, **kwargs):
+                async with self._fresh():
+                    return await func(*args, **kwargs)
+
+            return run_async
+
+        @functools.wraps(func)
+        def run(*args, **kwargs):
+            with self._fresh():
+                return func(*args, **kwargs)
+
+        return run
+
+
+def _describe(exc_type, exc):
+    text = str(exc)
+    return f"{exc_type.__name__}: {text}" if text else exc_type.__name__
+
+
+def epoch(index, **attributes):
+    """An ``epoch`` span with ``ml.epoch = index``; keywords become attributes
+    (``gpuspan.epoch(3, lr=0.1)``)."""
+    return Span(_EPOCH, index, "epoch", attributes)
+
+
+def step(index, **attributes):
+    """A ``step`` span with ``ml.step = index``; keywords become attributes
+    (``gpuspan.step(7, batch_size=64)``, which the batch-size fit reads)."""
+    return Span(_STEP, index, "step", attributes)
+
+
+def span(name, **attributes):
+    """A span named ``name`` for any other phase (``"eval"``, ``"checkpoint"``)."""
+    return Span(_OTHER, 0, str(name), attributes)

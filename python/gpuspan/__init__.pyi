@@ -1,0 +1,100 @@
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from os import PathLike
+from types import TracebackType
+from typing import Literal, Protocol, TypeVar, Union
+
+from ._report import Report as Report
+
+__version__: str
+
+_F = TypeVar("_F", bound=Callable[..., object])
+_Duration = Union[float, timedelta, str]
+
+class Allocator(Protocol):
+    """An allocator whose exact peaks spans record (``gpuspan.init(allocator=...)``)."""
+
+    def read(self) -> tuple[int, int, int, int]:
+        """``(allocated, reserved, peak_allocated, peak_reserved)`` in bytes."""
+    def reset_peak(self) -> None: ...
+
+class TorchCudaAllocator:
+    def __init__(self, torch: object, device: int | None = ...) -> None: ...
+    def read(self) -> tuple[int, int, int, int]: ...
+    def reset_peak(self) -> None: ...
+
+class Telemetry:
+    """The running telemetry: sampler, exporters and run directory."""
+
+    @property
+    def run_dir(self) -> str | None: ...
+    @property
+    def run_id(self) -> str | None: ...
+    @property
+    def memory_source(self) -> str | None: ...
+    @property
+    def is_shut_down(self) -> bool: ...
+    def flush(self) -> None: ...
+    def shutdown(self) -> None: ...
+
+class ActiveSpan:
+    """An open span, as ``with gpuspan.step(i) as s`` gives it."""
+
+    @property
+    def trace_id(self) -> int: ...
+    @property
+    def span_id(self) -> int: ...
+    @property
+    def trace_flags(self) -> int: ...
+    @property
+    def valid(self) -> bool: ...
+    def set_attribute(self, key: str, value: object) -> None: ...
+    @property
+    def is_open(self) -> bool: ...
+
+class Span:
+    """A context manager (``with``, ``async with``) and a decorator."""
+
+    def __enter__(self) -> ActiveSpan: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]: ...
+    async def __aenter__(self) -> ActiveSpan: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]: ...
+    def __call__(self, func: _F) -> _F: ...
+
+def init(
+    *,
+    service_name: str = ...,
+    resource_attributes: Mapping[str, object] = ...,
+    sample_interval: _Duration = ...,
+    nvml_lib: str | PathLike[str] = ...,
+    devices: str | list[int | str] = ...,
+    run_dir: str | PathLike[str] = ...,
+    run_id: str = ...,
+    endpoint: str = ...,
+    protocol: Literal["grpc", "http/protobuf"] = ...,
+    headers: Mapping[str, str] = ...,
+    timeout: _Duration = ...,
+    traces_exporter: Literal["otlp", "console", "none", "run_dir"] = ...,
+    metrics_exporter: Literal["otlp", "console", "none", "run_dir"] = ...,
+    metric_export_interval: _Duration = ...,
+    prometheus_addr: int | str = ...,
+    disabled: bool = ...,
+    summary: bool = ...,
+    flush_on_signal: bool = ...,
+    allocator: Literal["auto"] | Allocator | None = ...,
+) -> Telemetry: ...
+def epoch(index: int, **attributes: object) -> Span: ...
+def step(index: int, **attributes: object) -> Span: ...
+def span(name: str, **attributes: object) -> Span: ...
+def record_allocator(allocated: int, reserved: int) -> None: ...
+def report(run_dir: str | PathLike[str] | None = ...) -> Report: ...

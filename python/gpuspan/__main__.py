@@ -1,0 +1,5 @@
+"""``python -m gpuspan``: the ``gpuspan`` command."""
+
+from ._cli import main
+
+main()

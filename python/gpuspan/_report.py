@@ -1,0 +1,66 @@
+"""``gpuspan.report(run_dir)``: a run directory's per-epoch table, for a terminal
+(``repr``) and for Jupyter (``_repr_html_``)."""
+
+import html
+import os
+
+from . import _native
+
+_MIB = 1024 * 1024
+
+
+class Report:
+    """The runs read from a run directory: ``runs`` is a list of
+    ``(path, table, source, epochs)``, ``epochs`` one dict per epoch."""
+
+    def __init__(self, runs):
+        self.runs = runs
+
+    @property
+    def epochs(self):
+        """The epoch rows of every run, in order."""
+        return [row for _, _, _, rows in self.runs for row in rows]
+
+    def __repr__(self):
+        return "\n".join(f"{path}\n{table}" for path, table, _, _ in self.runs)
+
+    def _repr_html_(self):
+        parts = []
+        for path, _, source, rows in self.runs:
+            gpu = any("gpu_peak" in row for row in rows)
+            head = ["epoch", "seconds", "steps"]
+            if gpu:
+                head += ["GPU start (MiB)", "GPU peak (MiB)", "GPU end (MiB)"]
+            head += ["host peak (MiB)", ""]
+            lines = [
+                f"<p><code>{html.escape(path)}</code>"
+                + (f" (GPU memory from {html.escape(source)})" if source else "")
+                + "</p>",
+                "<table><thead><tr>"
+                + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+                + "</tr></thead><tbody>",
+            ]
+            for row in rows:
+                cells = [str(row["epoch"]), f"{row['seconds']:.2f}", str(row["steps"])]
+                if gpu:
+                    cells += [_mib(row.get(k)) for k in ("gpu_start", "gpu_peak", "gpu_end")]
+                cells += [_mib(row.get("host_peak")), row.get("error", "")]
+                lines.append(
+                    "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+                )
+            lines.append("</tbody></table>")
+            parts.append("\n".join(lines))
+        return "\n".join(parts)
+
+
+def _mib(value):
+    return "-" if value is None else f"{value / _MIB:.0f}"
+
+
+def report(run_dir=None):
+    """Reads a run directory (or the newest run in a directory of runs; default
+    ``$GPUSPAN_RUN_DIR`` or ``gpuspan-runs``). Raises ``ValueError`` naming the directory
+    when it holds no run."""
+    if run_dir is None:
+        run_dir = os.environ.get("GPUSPAN_RUN_DIR") or "gpuspan-runs"
+    return Report(_native.read_run(os.fspath(run_dir)))

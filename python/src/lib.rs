@@ -1,0 +1,24 @@
+//! `gpuspan._native`: the Python package's bridge to the gpuspan crate. Every call goes to
+//! the same public Rust API that Rust programs use; the Python idioms (context managers,
+//! decorators, the allocator's peak stack) live in the `gpuspan` package around it.
+
+use pyo3::prelude::*;
+
+mod cli;
+mod report;
+mod settings;
+mod span;
+mod telemetry;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(telemetry::init, m)?)?;
+    m.add_class::<telemetry::Telemetry>()?;
+    m.add_function(wrap_pyfunction!(span::open_span, m)?)?;
+    m.add_class::<span::ActiveSpan>()?;
+    m.add_function(wrap_pyfunction!(span::record_allocator, m)?)?;
+    m.add_function(wrap_pyfunction!(report::read_run, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

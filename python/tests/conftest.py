@@ -1,0 +1,150 @@
+"""Shared fixtures: the project's fake NVML built from C, a subprocess runner (gpuspan
+installs once per process, as in a training script), and an in-process OTLP/HTTP receiver
+that decodes what it gets with opentelemetry-proto."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_NVML_SOURCE = REPO / "tests" / "fake_nvml" / "fake_nvml.c"
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="session")
+def fake_nvml(tmp_path_factory):
+    """Path of a fake libnvidia-ml.so.1 built from tests/fake_nvml/fake_nvml.c."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.fail("the fake NVML is built with a C compiler: install gcc or clang")
+    out = tmp_path_factory.mktemp("fake_nvml") / "libnvidia-ml.so.1"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O2", "-pthread", "-fvisibility=hidden",
+         "-Wl,-soname,libnvidia-ml.so.1", "-o", str(out), str(FAKE_NVML_SOURCE)],
+        check=True,
+    )
+    return out
+
+
+def clean_env(**extra):
+    """The test process's environment without any OTEL_*, GPUSPAN_* or FAKE_NVML_*
+    variable, plus `extra`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OTEL_", "GPUSPAN_", "FAKE_NVML_", "CUDA_VISIBLE"))
+    }
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_python(code, cwd, env, check=True, timeout=120):
+    """Runs `code` in a fresh interpreter; returns the CompletedProcess."""
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"script exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
+    return proc
+
+
+def read_spans(traces_jsonl):
+    """Every span of an OTLP/JSON lines file, as dicts with `attributes` flattened."""
+    spans = []
+    for line in Path(traces_jsonl).read_text().splitlines():
+        if not line.strip():
+            continue
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    span["attributes"] = {
+                        a["key"]: _json_value(a["value"]) for a in span.get("attributes", [])
+                    }
+                    spans.append(span)
+    return spans
+
+
+def _json_value(value):
+    (kind, v), = value.items()
+    if kind == "intValue":
+        return int(v)
+    return v
+
+
+class Receiver:
+    """An OTLP/HTTP receiver on 127.0.0.1: keeps every span it is sent, decoded."""
+
+    def __init__(self):
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+        self.spans = []
+        self.resources = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path == "/v1/traces":
+                    request = trace_service_pb2.ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    with receiver._lock:
+                        for rs in request.resource_spans:
+                            receiver.resources.append(rs.resource)
+                            for ss in rs.scope_spans:
+                                receiver.spans.extend(ss.spans)
+                    reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                else:
+                    reply = b""  # metrics: accepted, not kept
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def named(self, name):
+        with self._lock:
+            return [s for s in self.spans if s.name == name]
+
+
+def attributes(span):
+    """A protobuf span's attributes as a dict of Python values."""
+    out = {}
+    for kv in span.attributes:
+        which = kv.value.WhichOneof("value")
+        out[kv.key] = getattr(kv.value, which)
+    return out
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()

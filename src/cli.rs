@@ -1,0 +1,164 @@
+//! The `gpuspan` command line, as a library function so that both the `gpuspan` binary and
+//! the Python package's `gpuspan` command run the same code: `report` draws a run
+//! directory's per-epoch table; `watch` prints every device's memory, live.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::runlog;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "gpuspan", version, about = "GPU memory on OpenTelemetry")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Prints the per-epoch table of a run directory (default: the newest run in
+    /// $GPUSPAN_RUN_DIR or gpuspan-runs).
+    Report {
+        /// A run directory, or a directory of runs (its newest run is shown).
+        dir: Option<PathBuf>,
+    },
+    /// Prints each device's memory every interval until interrupted.
+    Watch {
+        /// Time between lines, such as 500ms or 2s.
+        #[arg(long, default_value = "1s", value_parser = parse_interval)]
+        every: Duration,
+        /// Stop after this many lines (default: never).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((text, "ms"), |i| text.split_at(i));
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration such as 500ms or 2s"))?;
+    let seconds = match unit {
+        "ms" => number / 1e3,
+        "s" => number,
+        _ => return Err(format!("'{text}': use ms or s")),
+    };
+    if seconds < 0.01 {
+        return Err(format!("'{text}' is too short: at least 10ms"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Runs the command line with `args` (the program name first, as in `std::env::args_os`),
+/// printing to standard output and errors to standard error.
+///
+/// Help, version and usage errors are printed and exit the process, as a command does.
+pub fn main<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::parse_from(args);
+    let result = match cli.command {
+        Command::Report { dir } => report(dir),
+        Command::Watch { every, count } => watch(every, count),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("gpuspan: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The run directories to report: `dir` itself, its `rank-*` directories, or the newest run
+/// inside a directory of runs.
+///
+/// # Errors
+/// A message naming `dir` when it cannot be read or holds no run.
+pub fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    if dir.join(runlog::TRACES_FILE).is_file() {
+        return Ok(vec![dir.to_path_buf()]);
+    }
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut subdirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    subdirs.sort();
+    let ranks: Vec<PathBuf> = subdirs
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("rank-"))
+        })
+        .filter(|p| p.join(runlog::TRACES_FILE).is_file())
+        .cloned()
+        .collect();
+    if !ranks.is_empty() {
+        return Ok(ranks);
+    }
+    let newest = subdirs
+        .iter()
+        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p.clone());
+    match newest {
+        Some(run) => runs_in(&run),
+        None => Err(format!(
+            "{} holds no run: expected {} in it, or run directories below it",
+            dir.display(),
+            runlog::TRACES_FILE
+        )),
+    }
+}
+
+fn report(dir: Option<PathBuf>) -> Result<(), String> {
+    let dir = dir.unwrap_or_else(runlog::default_run_root);
+    for run in runs_in(&dir)? {
+        let summary = runlog::read_run(&run).map_err(|e| e.to_string())?;
+        println!("{}", run.display());
+        print!("{}", summary.render());
+    }
+    Ok(())
+}
+
+fn watch(every: Duration, count: Option<u64>) -> Result<(), String> {
+    let telemetry = crate::Telemetry::builder()
+        .traces_exporter(crate::Exporter::None)
+        .metrics_exporter(crate::Exporter::None)
+        .summary(false)
+        .build()
+        .map_err(|e| e.to_string())?;
+    if telemetry.devices().is_empty() {
+        return Err("no GPU to watch (see the warning above)".into());
+    }
+    let mut lines = 0;
+    while count.is_none_or(|c| lines < c) {
+        let _interval = crate::memory_span!("watch");
+        std::thread::sleep(every);
+        let cells: Vec<String> = telemetry
+            .devices()
+            .iter()
+            .map(|d| {
+                let used = d
+                    .used
+                    .map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / 1048576.0));
+                let total = d
+                    .total
+                    .map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / 1048576.0));
+                format!("gpu {}: {used} / {total}", d.device.index)
+            })
+            .collect();
+        println!("{}", cells.join("   "));
+        lines += 1;
+    }
+    telemetry.shutdown().map_err(|e| e.to_string())
+}
