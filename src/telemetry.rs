@@ -42,6 +42,8 @@ pub fn init() -> Result<Telemetry, InitError> {
 pub struct Builder {
     code: CodeSettings,
     source: Option<Box<dyn MemorySource>>,
+    // Hook for `collect`: observers of the sampler's ticks.
+    observers: Vec<Box<dyn crate::timeline::TickObserver>>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -54,6 +56,13 @@ impl std::fmt::Debug for Builder {
 }
 
 impl Builder {
+    /// Hook for `collect`: hands every sampler tick to `observer` as well.
+    #[cfg_attr(not(feature = "collect"), allow(dead_code))]
+    pub(crate) fn tick_observer(mut self, observer: Box<dyn crate::timeline::TickObserver>) -> Self {
+        self.observers.push(observer);
+        self
+    }
+
     /// `service.name` (else `OTEL_SERVICE_NAME`, else `unknown_service:<executable>`).
     pub fn service_name(mut self, name: impl Into<String>) -> Self {
         self.code.service_name = Some(name.into());
@@ -231,7 +240,7 @@ impl Builder {
         if settings.disabled {
             return Ok(Telemetry { inner: None });
         }
-        Inner::start(settings, self.source).map(|inner| Telemetry {
+        Inner::start(settings, self.source, self.observers).map(|inner| Telemetry {
             inner: Some(Box::new(inner)),
         })
     }
@@ -403,10 +412,11 @@ impl Inner {
     fn start(
         settings: Settings,
         custom_source: Option<Box<dyn MemorySource>>,
+        observers: Vec<Box<dyn crate::timeline::TickObserver>>,
     ) -> Result<Self, InitError> {
         let source = custom_source.or_else(|| open_gpu_source(&settings));
         let sampler =
-            Sampler::start(source, settings.sample_interval, Vec::new()).map_err(|source| {
+            Sampler::start(source, settings.sample_interval, observers).map_err(|source| {
                 InitError::Thread {
                     what: "sampler",
                     source,

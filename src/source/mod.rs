@@ -9,6 +9,8 @@ pub(crate) mod allocator;
 pub(crate) mod host;
 #[cfg(feature = "nvml")]
 pub(crate) mod nvml;
+#[cfg_attr(not(feature = "collect"), allow(dead_code))]
+pub(crate) mod processes;
 pub(crate) mod scope;
 pub(crate) mod smi;
 
