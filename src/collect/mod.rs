@@ -100,6 +100,7 @@ pub struct CollectorBuilder {
     http: Option<SocketAddr>,
     max_request_bytes: usize,
     service_name: String,
+    code: CodeSettings,
 }
 
 impl Default for CollectorBuilder {
@@ -109,6 +110,7 @@ impl Default for CollectorBuilder {
             http: DEFAULT_HTTP_ADDR.parse().ok(),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             service_name: "gpuspan-collect".into(),
+            code: CodeSettings::default(),
         }
     }
 }
@@ -135,6 +137,36 @@ impl CollectorBuilder {
     /// `service.name` of the collector's own gauges.
     pub fn service_name(mut self, name: impl Into<String>) -> Self {
         self.service_name = name.into();
+        self
+    }
+
+    /// Where to forward (else `OTEL_EXPORTER_OTLP_ENDPOINT`, else the run directory).
+    pub fn endpoint(mut self, url: impl Into<String>) -> Self {
+        self.code.endpoint = Some(url.into());
+        self
+    }
+
+    /// How to forward (else `OTEL_EXPORTER_OTLP_PROTOCOL`, else gRPC).
+    pub fn protocol(mut self, protocol: crate::Protocol) -> Self {
+        self.code.protocol = Some(protocol);
+        self
+    }
+
+    /// The directory of runs (else `GPUSPAN_RUN_DIR`, else `gpuspan-runs`).
+    pub fn run_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.code.run_dir = Some(dir.into());
+        self
+    }
+
+    /// The NVML library (else `GPUSPAN_NVML_LIB`, else the system's).
+    pub fn nvml_lib(mut self, path: impl Into<PathBuf>) -> Self {
+        self.code.nvml_lib = Some(path.into());
+        self
+    }
+
+    /// The sampling interval (else `GPUSPAN_SAMPLE_INTERVAL`, else 5 ms).
+    pub fn sample_interval(mut self, interval: Duration) -> Self {
+        self.code.sample_interval = Some(interval);
         self
     }
 
@@ -200,14 +232,25 @@ impl Collector {
     }
 
     fn start(options: CollectorBuilder) -> Result<Self, CollectError> {
-        let settings = config::resolve(&CodeSettings::default())?;
+        let settings = config::resolve(&options.code)?;
         let cell = Arc::new(OnceLock::new());
         let mut builder = crate::Telemetry::builder()
             .service_name(options.service_name.clone())
             .run_id(settings.run_id.clone())
+            .run_dir(settings.run_root.clone())
+            .sample_interval(settings.sample_interval)
             .traces_exporter(crate::Exporter::None)
             .summary(false)
             .flush_on_signal(false);
+        if let Some(endpoint) = &options.code.endpoint {
+            builder = builder.endpoint(endpoint.clone());
+        }
+        if let Some(protocol) = options.code.protocol {
+            builder = builder.protocol(protocol);
+        }
+        if let Some(lib) = &settings.nvml_lib {
+            builder = builder.nvml_lib(lib.clone());
+        }
         let mut processes = None;
         #[cfg(feature = "nvml")]
         if let Ok(source) =
