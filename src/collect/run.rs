@@ -86,6 +86,9 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
         // is what `gpu.process.memory.*` is looked up by.
         child.env("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "otel,process");
     }
+    // Handlers before the child exists, so a signal sent as soon as it starts is passed on
+    // rather than ending gpuspan.
+    let signals = catch_signals();
     let start = unix_now();
     let mut child = child.spawn().map_err(|e| CollectError::Forward {
         signal: "traces",
@@ -93,7 +96,7 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     })?;
     let pid = child.id();
     collector.timelines().follow_tree(pid);
-    let forwarding = forward_signals(pid);
+    let forwarding = signals.and_then(|signals| forward_signals(signals, pid));
     let status = child.wait();
     let end = unix_now();
     if let Some((handle, thread)) = forwarding {
@@ -211,12 +214,17 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     })
 }
 
-/// Passes SIGINT and SIGTERM on to `pid` until the handle is closed.
+/// Catches SIGINT and SIGTERM from now on.
+fn catch_signals() -> Option<signal_hook::iterator::Signals> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).ok()
+}
+
+/// Passes the caught signals on to `pid` until the handle is closed.
 fn forward_signals(
+    mut signals: signal_hook::iterator::Signals,
     pid: u32,
 ) -> Option<(signal_hook::iterator::Handle, std::thread::JoinHandle<()>)> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).ok()?;
     let handle = signals.handle();
     let thread = std::thread::Builder::new()
         .name("gpuspan-signals".into())
