@@ -4,6 +4,7 @@ pub mod example;
 pub mod fake_nvml;
 pub mod http;
 pub mod python_otel;
+pub mod raw_http;
 pub mod receiver;
 pub mod rotel_debug;
 pub mod sampling;
