@@ -244,9 +244,7 @@ fn collect(
         collector.forward_to()
     );
     let _ = signals.forever().next();
-    let stats = collector
-        .shutdown(std::time::Duration::from_secs(10))
-        .map_err(|e| e.to_string())?;
+    let stats = collector.shutdown(std::time::Duration::from_secs(10));
     eprintln!(
         "gpuspan collect: {} spans received, {} given GPU memory, {} passed unchanged, {} \
          forwarded, {} dropped; {} metric requests; {} requests rejected",

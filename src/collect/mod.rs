@@ -432,23 +432,18 @@ impl Collector {
         }
     }
 
-    /// Stops receiving, forwards what is queued (for up to `drain`), then stops sampling
-    /// and flushes the collector's own gauges.
-    ///
-    /// # Errors
-    /// The gauges could not be flushed; the counts are in [`Collector::stats`] either way.
-    pub fn shutdown(mut self, drain: Duration) -> Result<CollectStats, CollectError> {
+    /// Stops receiving, forwards what is queued (for up to `drain`; what is left is counted
+    /// as dropped), then stops sampling and flushes the collector's own gauges (a failure
+    /// there is printed as a warning, like the SDK's own losses).
+    pub fn shutdown(mut self, drain: Duration) -> CollectStats {
         self.stop_all(drain);
         let stats = self.stats();
         if let Some(telemetry) = self.telemetry.take() {
-            telemetry
-                .shutdown()
-                .map_err(|e| CollectError::Forward {
-                    signal: "metrics",
-                    reason: e.to_string(),
-                })?;
+            if let Err(e) = telemetry.shutdown() {
+                eprintln!("gpuspan collect: warning: the collector's own gauges: {e}");
+            }
         }
-        Ok(stats)
+        stats
     }
 
     fn stop_all(&mut self, drain: Duration) {
