@@ -58,7 +58,10 @@ impl std::fmt::Debug for Builder {
 impl Builder {
     /// Hook for `collect`: hands every sampler tick to `observer` as well.
     #[cfg_attr(not(feature = "collect"), allow(dead_code))]
-    pub(crate) fn tick_observer(mut self, observer: Box<dyn crate::timeline::TickObserver>) -> Self {
+    pub(crate) fn tick_observer(
+        mut self,
+        observer: Box<dyn crate::timeline::TickObserver>,
+    ) -> Self {
         self.observers.push(observer);
         self
     }

@@ -26,7 +26,7 @@ fn exports_are_answered_at_once_and_undeliverable_spans_are_counted() {
         .unwrap();
     let http = collector.http_addr().unwrap();
     // More requests than the queue holds (1024), so the bound is reached.
-    let requests = 1100;
+    let requests: u64 = 1100;
     let mut slowest = Duration::ZERO;
     let started = Instant::now();
     for i in 0..requests {
@@ -35,7 +35,7 @@ fn exports_are_answered_at_once_and_undeliverable_spans_are_counted() {
                 scope_spans: vec![ScopeSpans {
                     spans: vec![Span {
                         trace_id: vec![1; 16],
-                        span_id: (i as u64 + 1).to_be_bytes().to_vec(),
+                        span_id: (i + 1).to_be_bytes().to_vec(),
                         name: "step".into(),
                         start_time_unix_nano: 1,
                         end_time_unix_nano: 2,
@@ -73,6 +73,12 @@ fn exports_are_answered_at_once_and_undeliverable_spans_are_counted() {
     let stats = collector.shutdown(Duration::from_millis(300));
     assert!(stopping.elapsed() < Duration::from_secs(10));
     assert_eq!(stats.spans_forwarded, 0);
-    assert_eq!(stats.spans_dropped, requests, "every span is accounted for: {stats:?}");
-    eprintln!("{requests} exports in {:?}, slowest {slowest:?}", started.elapsed());
+    assert_eq!(
+        stats.spans_dropped, requests,
+        "every span is accounted for: {stats:?}"
+    );
+    eprintln!(
+        "{requests} exports in {:?}, slowest {slowest:?}",
+        started.elapsed()
+    );
 }

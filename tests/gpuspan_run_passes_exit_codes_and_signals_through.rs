@@ -65,7 +65,10 @@ fn the_exit_code_is_returned_and_an_uninstrumented_command_gets_a_run_span() {
     let run = &spans[0];
     assert_eq!(run["name"], "run");
     assert_eq!(int_attr(run, "process.exit.code"), Some(7));
-    assert_eq!(run["status"]["code"], 2, "an exit code other than 0 is an error");
+    assert_eq!(
+        run["status"]["code"], 2,
+        "an exit code other than 0 is an error"
+    );
     assert_eq!(int_attr(run, "gpu.memory.peak"), Some(3000 << 20));
 }
 
@@ -87,10 +90,17 @@ fn passes_on(signal: libc::c_int, name: &str, code: i32) {
     // SAFETY: signalling our own child process.
     assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(code), "the command's own handler decides");
+    assert_eq!(
+        status.code(),
+        Some(code),
+        "the command's own handler decides"
+    );
     assert!(sent.elapsed() < Duration::from_secs(10));
     let spans = spans_in(dir.path());
-    assert_eq!(int_attr(&spans[0], "process.exit.code"), Some(i64::from(code)));
+    assert_eq!(
+        int_attr(&spans[0], "process.exit.code"),
+        Some(i64::from(code))
+    );
 }
 
 #[test]
@@ -101,4 +111,21 @@ fn sigterm_is_passed_on_and_the_commands_exit_code_returned() {
 #[test]
 fn sigint_is_passed_on_and_the_commands_exit_code_returned() {
     passes_on(libc::SIGINT, "INT", 43);
+}
+
+#[test]
+fn a_command_that_cannot_start_is_named_and_exits_127() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+        .args(["run", "--", "/nonexistent/train-program"])
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env("OTEL_TRACES_EXPORTER", "none")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}");
+    assert!(
+        stderr.contains("cannot start /nonexistent/train-program"),
+        "{stderr}"
+    );
 }

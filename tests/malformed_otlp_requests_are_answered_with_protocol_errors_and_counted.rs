@@ -112,7 +112,12 @@ fn every_malformed_request_gets_its_error_and_is_counted() {
     assert_eq!(reply.header("content-type"), Some("application/json"));
 
     expect(
-        post(http, "/v1/traces", &[("Content-Type", "text/plain")], &valid),
+        post(
+            http,
+            "/v1/traces",
+            &[("Content-Type", "text/plain")],
+            &valid,
+        ),
         415,
         "wrong content type",
     );
@@ -130,12 +135,19 @@ fn every_malformed_request_gets_its_error_and_is_counted() {
         ("Content-Encoding", "gzip"),
     ];
     expect(post(http, "/v1/traces", &gz, &bomb), 413, "gzip bomb");
-    expect(post(http, "/v1/traces", &gz, b"not gzip at all"), 400, "broken gzip");
+    expect(
+        post(http, "/v1/traces", &gz, b"not gzip at all"),
+        400,
+        "broken gzip",
+    );
     expect(
         post(
             http,
             "/v1/traces",
-            &[("Content-Type", "application/x-protobuf"), ("Content-Encoding", "zstd")],
+            &[
+                ("Content-Type", "application/x-protobuf"),
+                ("Content-Encoding", "zstd"),
+            ],
             &valid,
         ),
         415,
@@ -165,7 +177,10 @@ fn every_malformed_request_gets_its_error_and_is_counted() {
             random_rejected += 1;
         }
     }
-    assert!(random_rejected >= 20, "only {random_rejected} of 40 rejected");
+    assert!(
+        random_rejected >= 20,
+        "only {random_rejected} of 40 rejected"
+    );
     rejected += random_rejected;
 
     // gRPC: a message over the limit, and one that is not a valid request.

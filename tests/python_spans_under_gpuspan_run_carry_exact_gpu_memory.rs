@@ -98,10 +98,15 @@ fn check(run: &Run) {
         assert_eq!(got, want, "step {step}: {span:#?}\n{}", run.stderr);
         assert_eq!(span.int_attr("gpu.memory.resolution"), Some(10_000_000));
         assert_eq!(span.str_attr("gpu.memory.source"), Some("nvml"));
-        assert!(span.int_attr("gpu.memory.samples").unwrap() >= 5, "{span:#?}");
+        assert!(
+            span.int_attr("gpu.memory.samples").unwrap() >= 5,
+            "{span:#?}"
+        );
     }
     let epoch = named(&run.spans, "epoch");
-    let epoch = epoch.first().unwrap_or_else(|| panic!("no epoch: {context}"));
+    let epoch = epoch
+        .first()
+        .unwrap_or_else(|| panic!("no epoch: {context}"));
     assert_eq!(
         ["gpu.memory.start", "gpu.memory.peak", "gpu.memory.end"].map(|k| mib(epoch, k)),
         [Some(1000), Some(8000), Some(2200)]
@@ -109,12 +114,19 @@ fn check(run: &Run) {
 
     let run_span = named(&run.spans, "run");
     let run_span = run_span.first().unwrap();
-    assert!(epoch.is_child_of(run_span), "TRACEPARENT was not followed: {context}");
+    assert!(
+        epoch.is_child_of(run_span),
+        "TRACEPARENT was not followed: {context}"
+    );
     assert_eq!(run_span.int_attr("process.exit.code"), Some(3));
     assert_eq!(run_span.resource_str_attr("service.name"), Some("train"));
     assert_eq!(epoch.resource_str_attr("service.name"), Some("train"));
     // The process tree: the program (7000 MiB at the spike) and its worker (300 MiB).
-    assert_eq!(mib(run_span, "gpu.process.memory.peak"), Some(7300), "{run_span:#?}");
+    assert_eq!(
+        mib(run_span, "gpu.process.memory.peak"),
+        Some(7300),
+        "{run_span:#?}"
+    );
     assert_eq!(mib(run_span, "gpu.memory.peak"), Some(8000));
     // Per-process figures were looked up by the program's own pid.
     let pid = run_span.int_attr("process.pid").unwrap();

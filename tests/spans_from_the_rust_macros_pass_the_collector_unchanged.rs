@@ -47,7 +47,10 @@ fn a_step_span_keeps_the_figures_it_was_sent_with() {
     let stats = collector.shutdown(Duration::from_secs(5));
 
     let spans = backend.wait_for_spans(|s| !s.is_empty(), Duration::from_secs(5));
-    let step = spans.iter().find(|s| s.name == "step").expect("the step span");
+    let step = spans
+        .iter()
+        .find(|s| s.name == "step")
+        .expect("the step span");
     assert_eq!(step.int_attr("gpu.memory.peak"), Some(1234 * MIB as i64));
     assert_eq!(step.int_attr("gpu.memory.start"), Some(1234 * MIB as i64));
     assert_eq!(step.int_attr("gpu.memory.resolution"), None);

@@ -234,10 +234,13 @@ fn collect(
         .max_request_bytes(max_request_bytes)
         .start()
         .map_err(|e| e.to_string())?;
-    let listening: Vec<String> = [("gRPC", collector.grpc_addr()), ("HTTP", collector.http_addr())]
-        .iter()
-        .filter_map(|(name, addr)| addr.map(|a| format!("{name} on {a}")))
-        .collect();
+    let listening: Vec<String> = [
+        ("gRPC", collector.grpc_addr()),
+        ("HTTP", collector.http_addr()),
+    ]
+    .iter()
+    .filter_map(|(name, addr)| addr.map(|a| format!("{name} on {a}")))
+    .collect();
     eprintln!(
         "gpuspan collect: OTLP {}; forwarding to {}",
         listening.join(", "),

@@ -143,12 +143,10 @@ where
     T: prost::Message + Default + serde::de::DeserializeOwned,
 {
     match format {
-        Format::Protobuf => T::decode(body).map_err(|e| {
-            Rejection::new(400, format!("body is not a protobuf {what} ({e})"))
-        }),
-        Format::Json => serde_json::from_slice(body).map_err(|e| {
-            Rejection::new(400, format!("body is not an OTLP/JSON {what} ({e})"))
-        }),
+        Format::Protobuf => T::decode(body)
+            .map_err(|e| Rejection::new(400, format!("body is not a protobuf {what} ({e})"))),
+        Format::Json => serde_json::from_slice(body)
+            .map_err(|e| Rejection::new(400, format!("body is not an OTLP/JSON {what} ({e})"))),
     }
 }
 
@@ -186,7 +184,12 @@ mod tests {
             Format::from_content_type(Some("application/x-protobuf")),
             Ok(Format::Protobuf)
         );
-        assert_eq!(Format::from_content_type(Some("text/plain")).unwrap_err().status, 415);
+        assert_eq!(
+            Format::from_content_type(Some("text/plain"))
+                .unwrap_err()
+                .status,
+            415
+        );
         assert_eq!(Format::from_content_type(None).unwrap_err().status, 415);
     }
 
@@ -200,7 +203,10 @@ mod tests {
         std::io::Write::write_all(&mut gz, &bytes).unwrap();
         let gz = gz.finish().unwrap();
         assert_eq!(decompress(Some("gzip"), &gz, 1 << 20), Ok(bytes.clone()));
-        assert_eq!(decompress(Some("br"), &gz, 1 << 20).unwrap_err().status, 415);
+        assert_eq!(
+            decompress(Some("br"), &gz, 1 << 20).unwrap_err().status,
+            415
+        );
     }
 
     #[test]
@@ -209,7 +215,10 @@ mod tests {
         std::io::Write::write_all(&mut gz, &vec![0u8; 4 << 20]).unwrap();
         let gz = gz.finish().unwrap();
         assert!(gz.len() < 64 << 10);
-        assert_eq!(decompress(Some("gzip"), &gz, 1 << 20).unwrap_err().status, 413);
+        assert_eq!(
+            decompress(Some("gzip"), &gz, 1 << 20).unwrap_err().status,
+            413
+        );
     }
 
     /// Every truncation and random corruption of a valid body, in both formats and gzip:

@@ -109,7 +109,11 @@ impl Enricher {
         timelines: &Timelines,
         counts: &mut Enriched,
     ) {
-        if span.attributes.iter().any(|kv| kv.key.starts_with("gpu.memory.")) {
+        if span
+            .attributes
+            .iter()
+            .any(|kv| kv.key.starts_with("gpu.memory."))
+        {
             counts.passed += 1;
             return;
         }
@@ -126,7 +130,12 @@ impl Enricher {
         let out = &mut span.attributes;
         let n = timelines.device_indexes.len();
         if n > 0 {
-            self.figures(out, &window, n, ["gpu.memory.start", "gpu.memory.end", "gpu.memory.peak"]);
+            self.figures(
+                out,
+                &window,
+                n,
+                ["gpu.memory.start", "gpu.memory.end", "gpu.memory.peak"],
+            );
             if let (Some(Some(s)), Some(Some(e))) = (
                 window.start.as_ref().map(|v| v[n]),
                 window.end.as_ref().map(|v| v[n]),

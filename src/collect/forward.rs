@@ -216,11 +216,16 @@ fn with_headers<T>(message: T, headers: &[(String, String)]) -> tonic::Request<T
 
 /// One OTLP/JSON line, written with a single `write` so lines from other writers of the
 /// same file (the collector's own gauges) never interleave with it.
-fn write_line(out: &Mutex<Box<dyn Write + Send>>, value: &impl serde::Serialize) -> Result<(), String> {
+fn write_line(
+    out: &Mutex<Box<dyn Write + Send>>,
+    value: &impl serde::Serialize,
+) -> Result<(), String> {
     let mut line = serde_json::to_vec(value).map_err(|e| e.to_string())?;
     line.push(b'\n');
     let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
-    out.write_all(&line).and_then(|()| out.flush()).map_err(|e| e.to_string())
+    out.write_all(&line)
+        .and_then(|()| out.flush())
+        .map_err(|e| e.to_string())
 }
 
 /// The worker's side: what it needs to enrich and send.

@@ -47,7 +47,9 @@ pub enum CollectError {
     #[error(transparent)]
     Init(#[from] crate::InitError),
     /// A listening address could not be bound.
-    #[error("cannot listen on {addr}: {source} (choose another address or port, or stop what uses it)")]
+    #[error(
+        "cannot listen on {addr}: {source} (choose another address or port, or stop what uses it)"
+    )]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -62,6 +64,18 @@ pub enum CollectError {
         signal: &'static str,
         /// What was wrong.
         reason: String,
+    },
+    /// `gpuspan run` was given no command.
+    #[error("no command given: use gpuspan run -- <command> [args]")]
+    NoCommand,
+    /// The command could not be started.
+    #[error("cannot start {program}: {source} (is it installed and on PATH?)")]
+    Command {
+        /// The program.
+        program: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
     },
     /// A thread or runtime could not be started.
     #[error("cannot start the collector's runtime: {0}")]
@@ -301,16 +315,24 @@ impl Collector {
         let (queue, receiver) = mpsc::channel(forward::QUEUE_REQUESTS);
         let (traces, metrics) = {
             let _guard = runtime.enter();
-            let traces = Sink::open(&settings.traces, traces_run_dir.as_deref(), crate::runlog::TRACES_FILE)
-                .map_err(|reason| CollectError::Forward {
-                    signal: "traces",
-                    reason,
-                })?;
-            let metrics = Sink::open(&settings.metrics, traces_run_dir.as_deref(), crate::runlog::METRICS_FILE)
-                .map_err(|reason| CollectError::Forward {
-                    signal: "metrics",
-                    reason,
-                })?;
+            let traces = Sink::open(
+                &settings.traces,
+                traces_run_dir.as_deref(),
+                crate::runlog::TRACES_FILE,
+            )
+            .map_err(|reason| CollectError::Forward {
+                signal: "traces",
+                reason,
+            })?;
+            let metrics = Sink::open(
+                &settings.metrics,
+                traces_run_dir.as_deref(),
+                crate::runlog::METRICS_FILE,
+            )
+            .map_err(|reason| CollectError::Forward {
+                signal: "metrics",
+                reason,
+            })?;
             (traces, metrics)
         };
         let worker = Worker {
@@ -423,11 +445,16 @@ impl Collector {
         enrich::Enricher::new(source, &self.timelines.device_indexes)
     }
 
-    pub(crate) fn queue_ready(&self, request: opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest) {
+    pub(crate) fn queue_ready(
+        &self,
+        request: opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+    ) {
         if let Some(queue) = &self.queue {
             let spans = forward::span_count(&request);
             if queue.try_send(Item::Ready(request)).is_err() {
-                self.counters.spans_dropped.fetch_add(spans, Ordering::Relaxed);
+                self.counters
+                    .spans_dropped
+                    .fetch_add(spans, Ordering::Relaxed);
             }
         }
     }
@@ -452,9 +479,8 @@ impl Collector {
             return;
         };
         for server in self.servers.drain(..) {
-            let _ = runtime.block_on(async {
-                tokio::time::timeout(Duration::from_secs(2), server).await
-            });
+            let _ = runtime
+                .block_on(async { tokio::time::timeout(Duration::from_secs(2), server).await });
         }
         self.queue = None;
         let _ = self.worker_stop.send(true);
@@ -481,8 +507,72 @@ impl Drop for Collector {
 fn describe(destination: &config::Destination, run_dir: Option<&Path>) -> String {
     match destination {
         config::Destination::Otlp(target) => target.endpoint.clone(),
-        config::Destination::RunDir => run_dir.map_or("the run directory".into(), |d| d.display().to_string()),
+        config::Destination::RunDir => {
+            run_dir.map_or("the run directory".into(), |d| d.display().to_string())
+        }
         config::Destination::Console => "standard output".into(),
         config::Destination::None => "nowhere (OTEL_TRACES_EXPORTER=none)".into(),
+    }
+}
+
+/// The collector's timeline and enrichment without the servers, for the benchmarks.
+#[doc(hidden)]
+pub mod __bench {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
+    use super::enrich::{Enriched, Enricher};
+    use super::timeline::Timelines;
+    use crate::timeline::Tick;
+
+    /// A device timeline as the collector keeps it.
+    #[derive(Debug)]
+    pub struct Timeline {
+        timelines: Arc<Timelines>,
+        enricher: Enricher,
+    }
+
+    impl Timeline {
+        /// `devices` devices sampled every `interval`.
+        pub fn new(devices: u32, interval: Duration) -> Self {
+            let indexes: Vec<u32> = (0..devices).collect();
+            Self {
+                enricher: Enricher::new("nvml", &indexes),
+                timelines: Arc::new(Timelines::new(indexes, interval)),
+            }
+        }
+
+        /// One tick: memory used per device at `unix_nanos`.
+        pub fn push(&self, unix_nanos: u64, used: &[Option<u64>]) {
+            let tick = Tick {
+                unix_nanos,
+                devices: used,
+                totals: &[],
+                process_gpu: None,
+                host_rss: None,
+                allocated: None,
+                reserved: None,
+            };
+            self.timelines.record(&tick, None, 0);
+        }
+
+        /// The peak of the devices' sum over a window.
+        pub fn peak(&self, start: u64, end: u64) -> Option<u64> {
+            let n = self.timelines.device_indexes.len();
+            self.timelines.devices_window(start, end)?.peak[n]
+        }
+
+        /// Bytes held.
+        pub fn heap_bytes(&self) -> usize {
+            self.timelines.heap_bytes()
+        }
+
+        /// Enriches every span of `request`; returns how many got figures.
+        pub fn enrich(&self, request: &mut ExportTraceServiceRequest) -> u64 {
+            let done: Enriched = self.enricher.request(request, &self.timelines);
+            done.enriched
+        }
     }
 }

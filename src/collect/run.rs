@@ -42,10 +42,7 @@ pub struct RunOutcome {
 /// The collector could not start, or the command could not be started.
 pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, CollectError> {
     let Some(program) = command.first() else {
-        return Err(CollectError::Forward {
-            signal: "traces",
-            reason: "no command given: use gpuspan run -- <command> [args]".into(),
-        });
+        return Err(CollectError::NoCommand);
     };
     let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
     let collector = Collector::builder()
@@ -90,9 +87,9 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     // rather than ending gpuspan.
     let signals = catch_signals();
     let start = unix_now();
-    let mut child = child.spawn().map_err(|e| CollectError::Forward {
-        signal: "traces",
-        reason: format!("cannot start {}: {e}", program.to_string_lossy()),
+    let mut child = child.spawn().map_err(|source| CollectError::Command {
+        program: program.to_string_lossy().into_owned(),
+        source,
     })?;
     let pid = child.id();
     collector.timelines().follow_tree(pid);
@@ -143,7 +140,11 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
         end_time_unix_nano: end,
         attributes,
         status: Some(Status {
-            message: if exit_code == 0 { String::new() } else { how.clone() },
+            message: if exit_code == 0 {
+                String::new()
+            } else {
+                how.clone()
+            },
             code: if exit_code == 0 {
                 StatusCode::Unset
             } else {
@@ -254,9 +255,10 @@ fn exit_of(status: &std::process::ExitStatus) -> (i32, String) {
 /// else the program's file name.
 fn service_from(command: &[OsString]) -> String {
     let name = |s: &OsString| {
-        Path::new(s)
-            .file_stem()
-            .map_or_else(|| s.to_string_lossy().into_owned(), |n| n.to_string_lossy().into_owned())
+        Path::new(s).file_stem().map_or_else(
+            || s.to_string_lossy().into_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        )
     };
     let program = name(&command[0]);
     if program.starts_with("python") {
@@ -285,7 +287,11 @@ fn command_line(command: &[OsString]) -> String {
 
 fn describe_memory(span: &Span) -> String {
     let get = |key: &str| super::enrich::int_attribute(&span.attributes, key);
-    match (get("gpu.memory.start"), get("gpu.memory.peak"), get("gpu.memory.end")) {
+    match (
+        get("gpu.memory.start"),
+        get("gpu.memory.peak"),
+        get("gpu.memory.end"),
+    ) {
         (Some(s), Some(p), Some(e)) => format!(
             "  GPU memory (all devices): start {}, peak {}, end {}\n",
             mib(s as u64),
@@ -312,8 +318,7 @@ fn hex(bytes: &[u8]) -> String {
 fn random_ids() -> [u8; 24] {
     let mut bytes = [0u8; 24];
     let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-    if read.is_err() || bytes[..16].iter().all(|&b| b == 0) || bytes[16..].iter().all(|&b| b == 0)
-    {
+    if read.is_err() || bytes[..16].iter().all(|&b| b == 0) || bytes[16..].iter().all(|&b| b == 0) {
         use std::hash::{BuildHasher, Hasher};
         for chunk in bytes.chunks_mut(8) {
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -356,7 +361,13 @@ mod tests {
     #[test]
     fn the_service_name_comes_from_the_script_or_program() {
         assert_eq!(service_from(&os(&["python", "-u", "train.py"])), "train");
-        assert_eq!(service_from(&os(&["python3", "-m", "torch.distributed.run"])), "torch.distributed.run");
-        assert_eq!(service_from(&os(&["/usr/bin/torchrun", "x.py"])), "torchrun");
+        assert_eq!(
+            service_from(&os(&["python3", "-m", "torch.distributed.run"])),
+            "torch.distributed.run"
+        );
+        assert_eq!(
+            service_from(&os(&["/usr/bin/torchrun", "x.py"])),
+            "torchrun"
+        );
     }
 }

@@ -58,7 +58,9 @@ impl Intake {
     }
 
     fn reject(&self, format: Format, rejection: &Rejection) -> Response {
-        self.counters.requests_rejected.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .requests_rejected
+            .fetch_add(1, Ordering::Relaxed);
         let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::BAD_REQUEST);
         let body = decode::error_body(format, rejection);
         (
@@ -71,14 +73,20 @@ impl Intake {
 
     /// Content type, size and encoding checks, then the decompressed body.
     async fn body(&self, headers: &HeaderMap, body: Body) -> Result<(Format, Vec<u8>), Response> {
-        let text = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+        let text = |name| {
+            headers
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+        };
         let format = Format::from_content_type(text(header::CONTENT_TYPE))
             .map_err(|r| self.reject(Format::Protobuf, &r))?;
         let limit = self.limit;
         let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
             let r = Rejection::new(
                 413,
-                format!("request body is over {limit} bytes (or was cut short); send smaller batches"),
+                format!(
+                    "request body is over {limit} bytes (or was cut short); send smaller batches"
+                ),
             );
             self.reject(format, &r)
         })?;
@@ -169,7 +177,10 @@ impl MetricsService for GrpcMetrics {
 
 /// Counts gRPC requests that tonic turned away before a handler saw them (malformed or
 /// too large messages): their replies carry a non-zero `grpc-status` header.
-async fn count_grpc_rejections(State(counters): State<Arc<Counters>>, response: Response) -> Response {
+async fn count_grpc_rejections(
+    State(counters): State<Arc<Counters>>,
+    response: Response,
+) -> Response {
     let failed = response
         .headers()
         .get("grpc-status")

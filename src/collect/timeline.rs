@@ -102,12 +102,11 @@ impl Timelines {
                 .sum::<usize>()
     }
 
-    fn record(&self, tick: &Tick<'_>, processes: Option<&ProcessTable>, counter: u64) {
+    pub(crate) fn record(&self, tick: &Tick<'_>, processes: Option<&ProcessTable>, counter: u64) {
         let mut values: Vec<Option<u64>> = tick.devices.to_vec();
-        let sum = values
-            .iter()
-            .flatten()
-            .fold(None, |acc: Option<u64>, v| Some(acc.unwrap_or(0).saturating_add(*v)));
+        let sum = values.iter().flatten().fold(None, |acc: Option<u64>, v| {
+            Some(acc.unwrap_or(0).saturating_add(*v))
+        });
         values.push(sum);
         lock(&self.devices).push(tick.unix_nanos, &values);
 

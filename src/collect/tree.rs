@@ -69,7 +69,10 @@ mod tests {
 
     #[test]
     fn a_child_is_in_its_parents_tree_and_not_in_an_unrelated_one() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let me = std::process::id();
         assert!(ProcessTree::new(me).contains(child.id()));
         assert!(ProcessTree::new(child.id()).contains(child.id()));

@@ -383,7 +383,9 @@ mod tests {
         let mut samples = Vec::new();
         let mut x = 12345u64;
         for i in 0..40u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let v = x >> 40;
             let t = 1_000 * MS + i * 5 * MS;
             store.push(t, &[Some(v), Some(v * 2)]);
@@ -450,6 +452,78 @@ mod tests {
         assert_eq!(w.start, Some(vec![Some(290)]));
         assert_eq!(w.peak, vec![Some(295)]);
         assert_eq!(w.resolution_ns, 10 * MS);
+    }
+
+    /// 24 hours of 8 devices: a sample every second for the day, then the last 11 minutes
+    /// at 5 ms. Memory stays as allocated (within the budget), recent windows are exact,
+    /// and older windows get the maxima of the buckets they touch, at the resolution they
+    /// say, never less than the true peak.
+    #[test]
+    fn a_day_of_eight_devices_stays_within_budget_and_windows_are_right_at_every_age() {
+        let layout = Layout::devices(9);
+        let mut store = TimelineStore::new(9, Duration::from_millis(5), &layout);
+        let allocated = store.heap_bytes();
+        assert!(allocated <= BUDGET_BYTES, "{allocated}");
+        let t0 = 1_700_000_000_000 * MS;
+        let day = 86_400_000 * MS;
+        let mut samples: Vec<(u64, u64)> = Vec::new();
+        let mut x = 7u64;
+        let mut push = |store: &mut TimelineStore, t: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let base = (x % 1000) << 20;
+            let values: Vec<Option<u64>> = (0..8).map(|d| Some(base + d)).collect();
+            let sum: u64 = values.iter().flatten().sum();
+            let mut all = values;
+            all.push(Some(sum));
+            store.push(t, &all);
+            samples.push((t, sum));
+        };
+        let recent = 11 * 60_000 * MS;
+        let mut t = t0;
+        while t < t0 + day - recent {
+            push(&mut store, t);
+            t += 1000 * MS;
+        }
+        while t < t0 + day {
+            push(&mut store, t);
+            t += 5 * MS;
+        }
+        assert_eq!(store.heap_bytes(), allocated, "no growth after a day");
+
+        let full_from = samples[samples.len() - (1 << 17)].0;
+        let mut y = 99u64;
+        for _ in 0..300 {
+            y ^= y << 13;
+            y ^= y >> 7;
+            y ^= y << 17;
+            let start = t0 + 1 + y % (day - 2);
+            let end = (start + (y >> 20) % (3_600_000 * MS)).min(t0 + day - 1);
+            let w = store.window(start, end).unwrap();
+            let i_end = samples.partition_point(|s| s.0 <= end) - 1;
+            let i_start = samples.partition_point(|s| s.0 <= start) - 1;
+            let true_peak = samples[i_start..=i_end].iter().map(|s| s.1).max().unwrap();
+            if start >= full_from {
+                assert_eq!(w.resolution_ns, 5 * MS);
+                assert_eq!(w.peak[8], Some(true_peak));
+                assert_eq!(w.start.as_ref().unwrap()[8], Some(samples[i_start].1));
+                assert_eq!(w.end.as_ref().unwrap()[8], Some(samples[i_end].1));
+            } else {
+                let width = w.resolution_ns;
+                assert!(width == 100 * MS || width == 1000 * MS, "{width}");
+                let lower = samples[i_start].0 - samples[i_start].0 % width;
+                let upper = samples[i_end].0 - samples[i_end].0 % width + width;
+                let (a, b) = (
+                    samples.partition_point(|s| s.0 < lower),
+                    samples.partition_point(|s| s.0 < upper),
+                );
+                let bucket_peak = samples[a..b].iter().map(|s| s.1).max().unwrap();
+                assert_eq!(w.peak[8], Some(bucket_peak), "window {start}..{end}");
+                assert!(bucket_peak >= true_peak);
+                assert_eq!(w.start, None);
+            }
+        }
     }
 
     #[test]
