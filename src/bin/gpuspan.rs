@@ -40,10 +40,10 @@ enum Command {
     Collect {
         /// Where to receive OTLP/gRPC ("off": not at all).
         #[arg(long, default_value = gpuspan::collect::DEFAULT_GRPC_ADDR, value_parser = parse_addr)]
-        grpc: Option<std::net::SocketAddr>,
+        grpc: Listen,
         /// Where to receive OTLP/HTTP ("off": not at all).
         #[arg(long, default_value = gpuspan::collect::DEFAULT_HTTP_ADDR, value_parser = parse_addr)]
-        http: Option<std::net::SocketAddr>,
+        http: Listen,
         /// The largest request accepted, in bytes (compressed and decompressed).
         #[arg(long, default_value_t = gpuspan::collect::DEFAULT_MAX_REQUEST_BYTES)]
         max_request_bytes: usize,
@@ -61,13 +61,18 @@ enum Command {
     },
 }
 
+/// A listening address, or none (`off`).
 #[cfg(feature = "collect")]
-fn parse_addr(text: &str) -> Result<Option<std::net::SocketAddr>, String> {
+#[derive(Debug, Clone, Copy)]
+struct Listen(Option<std::net::SocketAddr>);
+
+#[cfg(feature = "collect")]
+fn parse_addr(text: &str) -> Result<Listen, String> {
     if text == "off" {
-        return Ok(None);
+        return Ok(Listen(None));
     }
     text.parse()
-        .map(Some)
+        .map(|addr| Listen(Some(addr)))
         .map_err(|_| format!("'{text}' is not an address such as 127.0.0.1:4317, or off"))
 }
 
@@ -108,7 +113,7 @@ fn main() -> ExitCode {
             grpc,
             http,
             max_request_bytes,
-        } => collect(grpc, http, max_request_bytes),
+        } => collect(grpc.0, http.0, max_request_bytes),
         #[cfg(feature = "collect")]
         Command::Run { protocol, command } => {
             return match gpuspan::collect::run(&command, protocol) {

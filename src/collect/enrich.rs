@@ -129,6 +129,8 @@ impl Enricher {
         counts.enriched += 1;
         let out = &mut span.attributes;
         let n = timelines.device_indexes.len();
+        // Every figure of every device, plus the sums and the process: one allocation.
+        out.reserve(3 * self.device_keys.len() + 12);
         if n > 0 {
             self.figures(
                 out,
