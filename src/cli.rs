@@ -1,6 +1,7 @@
 //! The `gpuspan` command line, as a library function so that both the `gpuspan` binary and
 //! the Python package's `gpuspan` command run the same code: `report` draws a run
-//! directory's per-epoch table; `watch` prints every device's memory, live.
+//! directory's per-epoch table; `watch` prints every device's memory, live; `collect` and
+//! `run` put GPU memory on other programs' spans.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,6 +34,56 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Receives OTLP (gRPC and HTTP, protobuf or JSON), puts GPU memory on every span by its
+    /// own start and end time, and forwards to OTEL_EXPORTER_OTLP_ENDPOINT or the run
+    /// directory. Stops on SIGINT or SIGTERM.
+    #[cfg(feature = "collect")]
+    Collect {
+        /// Where to receive OTLP/gRPC ("off": not at all).
+        #[arg(long, default_value = crate::collect::DEFAULT_GRPC_ADDR, value_parser = parse_addr)]
+        grpc: Listen,
+        /// Where to receive OTLP/HTTP ("off": not at all).
+        #[arg(long, default_value = crate::collect::DEFAULT_HTTP_ADDR, value_parser = parse_addr)]
+        http: Listen,
+        /// The largest request accepted, in bytes (compressed and decompressed).
+        #[arg(long, default_value_t = crate::collect::DEFAULT_MAX_REQUEST_BYTES)]
+        max_request_bytes: usize,
+    },
+    /// Runs a command with a collector on a free local port: its OpenTelemetry spans get GPU
+    /// memory, and a `run` span covers the command. Returns the command's exit code.
+    #[cfg(feature = "collect")]
+    Run {
+        /// What the command is told to send: grpc or http/protobuf (both are received).
+        #[arg(long, default_value = "grpc", value_parser = parse_protocol)]
+        protocol: crate::Protocol,
+        /// The command and its arguments, after `--`.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<std::ffi::OsString>,
+    },
+}
+
+/// A listening address, or none (`off`).
+#[cfg(feature = "collect")]
+#[derive(Debug, Clone, Copy)]
+struct Listen(Option<std::net::SocketAddr>);
+
+#[cfg(feature = "collect")]
+fn parse_addr(text: &str) -> Result<Listen, String> {
+    if text == "off" {
+        return Ok(Listen(None));
+    }
+    text.parse()
+        .map(|addr| Listen(Some(addr)))
+        .map_err(|_| format!("'{text}' is not an address such as 127.0.0.1:4317, or off"))
+}
+
+#[cfg(feature = "collect")]
+fn parse_protocol(text: &str) -> Result<crate::Protocol, String> {
+    match text {
+        "grpc" => Ok(crate::Protocol::Grpc),
+        "http/protobuf" | "http" => Ok(crate::Protocol::HttpProtobuf),
+        _ => Err(format!("'{text}': use grpc or http/protobuf")),
+    }
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -66,6 +117,25 @@ where
     let result = match cli.command {
         Command::Report { dir } => report(dir),
         Command::Watch { every, count } => watch(every, count),
+        #[cfg(feature = "collect")]
+        Command::Collect {
+            grpc,
+            http,
+            max_request_bytes,
+        } => collect(grpc.0, http.0, max_request_bytes),
+        #[cfg(feature = "collect")]
+        Command::Run { protocol, command } => {
+            return match crate::collect::run(&command, protocol) {
+                Ok(outcome) => {
+                    eprint!("{}", outcome.summary);
+                    ExitCode::from(u8::try_from(outcome.exit_code.clamp(0, 255)).unwrap_or(1))
+                }
+                Err(e) => {
+                    eprintln!("gpuspan run: {e}");
+                    ExitCode::from(127)
+                }
+            };
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -161,4 +231,47 @@ fn watch(every: Duration, count: Option<u64>) -> Result<(), String> {
         lines += 1;
     }
     telemetry.shutdown().map_err(|e| e.to_string())
+}
+
+#[cfg(feature = "collect")]
+fn collect(
+    grpc: Option<std::net::SocketAddr>,
+    http: Option<std::net::SocketAddr>,
+    max_request_bytes: usize,
+) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| format!("cannot handle signals: {e}"))?;
+    let collector = crate::collect::Collector::builder()
+        .grpc_addr(grpc)
+        .http_addr(http)
+        .max_request_bytes(max_request_bytes)
+        .start()
+        .map_err(|e| e.to_string())?;
+    let listening: Vec<String> = [
+        ("gRPC", collector.grpc_addr()),
+        ("HTTP", collector.http_addr()),
+    ]
+    .iter()
+    .filter_map(|(name, addr)| addr.map(|a| format!("{name} on {a}")))
+    .collect();
+    eprintln!(
+        "gpuspan collect: OTLP {}; forwarding to {}",
+        listening.join(", "),
+        collector.forward_to()
+    );
+    let _ = signals.forever().next();
+    let stats = collector.shutdown(std::time::Duration::from_secs(10));
+    eprintln!(
+        "gpuspan collect: {} spans received, {} given GPU memory, {} passed unchanged, {} \
+         forwarded, {} dropped; {} metric requests; {} requests rejected",
+        stats.spans_received,
+        stats.spans_enriched,
+        stats.spans_passed,
+        stats.spans_forwarded,
+        stats.spans_dropped,
+        stats.metric_requests_received,
+        stats.requests_rejected
+    );
+    Ok(())
 }

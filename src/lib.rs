@@ -43,11 +43,15 @@
 //! - `otlp-http` (default): OTLP over HTTP/protobuf.
 //! - `prometheus` (default): the optional Prometheus scrape endpoint.
 //! - `cli`: the `gpuspan` command (`report`, `watch`).
+//! - `collect`: [`collect`], the OTLP receiver behind `gpuspan collect` and `gpuspan run`
+//!   (implies `cli`).
 
 #![warn(missing_docs, unreachable_pub)]
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "collect")]
+pub mod collect;
 mod config;
 mod error;
 mod export;

@@ -381,6 +381,7 @@ impl Sampler {
             std::thread::Builder::new()
                 .name("gpuspan-sampler".into())
                 .spawn(move || {
+                    crate::export::silence_tracing();
                     ticker.run(interval, &stop);
                     let _ = finished.send(());
                 })?

@@ -13,6 +13,13 @@ pub(crate) mod tap;
 
 use std::future::Future;
 
+/// Makes this thread's tracing go nowhere, for the life of the thread: gpuspan's own
+/// threads (sampler, export, endpoint) must not feed the program's subscriber, whose spans
+/// gpuspan exports.
+pub(crate) fn silence_tracing() {
+    std::mem::forget(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
+}
+
 /// Runs an export future to completion on the calling thread, inside the export runtime's
 /// context when there is one (tonic and reqwest need it). A thread that is itself inside a
 /// tokio runtime cannot block, so the future then runs on a short-lived helper thread.
@@ -21,9 +28,13 @@ where
     F: Future + Send,
     F::Output: Send,
 {
-    let run = move || match runtime {
-        Some(handle) => handle.block_on(future),
-        None => futures_block_on(future),
+    // With no subscriber: the transport's own tracing spans (h2, tonic, hyper) are not the
+    // program's, and must not be exported as if they were.
+    let run = move || {
+        tracing::dispatcher::with_default(&tracing::Dispatch::none(), || match runtime {
+            Some(handle) => handle.block_on(future),
+            None => futures_block_on(future),
+        })
     };
     if tokio::runtime::Handle::try_current().is_ok() {
         std::thread::scope(|scope| match scope.spawn(run).join() {

@@ -108,7 +108,10 @@ impl QueueProcessor {
         };
         let thread = std::thread::Builder::new()
             .name("gpuspan-spans".into())
-            .spawn(move || worker.run(&receiver))?;
+            .spawn(move || {
+                super::silence_tracing();
+                worker.run(&receiver);
+            })?;
         Ok(Self {
             sender: Mutex::new(Some(sender)),
             queued,

@@ -12,6 +12,8 @@ pub(crate) mod host;
 pub(crate) mod nvml;
 #[cfg(test)]
 mod parse_props;
+#[cfg_attr(not(feature = "collect"), allow(dead_code))]
+pub(crate) mod processes;
 pub(crate) mod scope;
 pub(crate) mod smi;
 

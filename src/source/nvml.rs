@@ -8,6 +8,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
 
+use super::processes::{ProcessList, ProcessTable};
 use super::{Device, DeviceReading, DeviceScope, MemorySource};
 
 /// Reads device memory, utilization and this process's memory from NVML.
@@ -24,6 +25,9 @@ pub(crate) struct NvmlSource {
     /// period (about 1/6 s to 1 s), so reading it at every tick would only cost time.
     utilization: Vec<Option<f64>>,
     utilization_read: Option<Instant>,
+    /// Every process's memory, kept only when asked for (`with_process_table`).
+    all_processes: Option<ProcessTable>,
+    process_buffer: ProcessList,
 }
 
 /// How often utilization is read from the driver.
@@ -98,7 +102,17 @@ impl NvmlSource {
             utilization_query: vec![true; n],
             utilization: vec![None; n],
             utilization_read: None,
+            all_processes: None,
+            process_buffer: ProcessList::default(),
         })
+    }
+
+    /// Also keeps every process's memory (not only this process's) in `table` at each
+    /// reading, for spans of other processes.
+    #[cfg_attr(not(feature = "collect"), allow(dead_code))]
+    pub(crate) fn with_process_table(mut self, table: ProcessTable) -> Self {
+        self.all_processes = Some(table);
+        self
     }
 }
 
@@ -119,6 +133,9 @@ impl MemorySource for NvmlSource {
         if read_utilization {
             self.utilization_read = Some(now);
         }
+        let keep_all = self.all_processes.is_some();
+        self.process_buffer.by_pid.clear();
+        self.process_buffer.complete = true;
         for (i, reading) in out.iter_mut().enumerate().take(self.handles.len()) {
             // SAFETY: the handle came from `self.nvml`, which outlives this borrow.
             let device = unsafe { NvmlDevice::new(self.handles[i], &self.nvml) };
@@ -154,13 +171,32 @@ impl MemorySource for NvmlSource {
                             };
                         }
                         reading.process_used = mine;
+                        if keep_all {
+                            for process in &processes {
+                                match process.used_gpu_memory {
+                                    UsedGpuMemory::Used(bytes) => {
+                                        self.process_buffer.add(process.pid, bytes)
+                                    }
+                                    UsedGpuMemory::Unavailable => {
+                                        self.process_buffer.complete = false
+                                    }
+                                }
+                            }
+                        }
                     }
                     Err(e) if is_unsupported(&e) => process_supported = false,
-                    Err(_) => {}
+                    Err(_) => self.process_buffer.complete = false,
                 }
+            }
+            if !process_supported || reading.error.is_some() {
+                self.process_buffer.complete = false;
             }
             self.utilization_query[i] = utilization_supported;
             self.process_query[i] = process_supported;
+        }
+        if let Some(table) = &self.all_processes {
+            let mut shared = table.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::swap(&mut *shared, &mut self.process_buffer);
         }
     }
 }

@@ -19,6 +19,8 @@ use crate::source::MemorySource;
 pub struct Builder {
     code: CodeSettings,
     source: Option<Box<dyn MemorySource>>,
+    /// Observers of the sampler's ticks (`collect`'s timeline).
+    observers: Vec<Box<dyn crate::timeline::TickObserver>>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -31,6 +33,16 @@ impl std::fmt::Debug for Builder {
 }
 
 impl Builder {
+    /// Hands every sampler tick to `observer` as well (`collect`'s timeline).
+    #[cfg_attr(not(feature = "collect"), allow(dead_code))]
+    pub(crate) fn tick_observer(
+        mut self,
+        observer: Box<dyn crate::timeline::TickObserver>,
+    ) -> Self {
+        self.observers.push(observer);
+        self
+    }
+
     /// `service.name` (else `OTEL_SERVICE_NAME`, else `unknown_service:<executable>`).
     pub fn service_name(mut self, name: impl Into<String>) -> Self {
         self.code.service_name = Some(name.into());
@@ -205,7 +217,7 @@ impl Builder {
         if settings.disabled {
             return Ok(Telemetry { inner: None });
         }
-        Inner::start(settings, self.source).map(|inner| Telemetry {
+        Inner::start(settings, self.source, self.observers).map(|inner| Telemetry {
             inner: Some(Box::new(inner)),
         })
     }

@@ -268,10 +268,11 @@ impl Inner {
     fn start(
         settings: Settings,
         custom_source: Option<Box<dyn MemorySource>>,
+        observers: Vec<Box<dyn crate::timeline::TickObserver>>,
     ) -> Result<Self, InitError> {
         let source = custom_source.or_else(|| crate::source::choose::open_gpu_source(&settings));
         let sampler =
-            Sampler::start(source, settings.sample_interval, Vec::new()).map_err(|source| {
+            Sampler::start(source, settings.sample_interval, observers).map_err(|source| {
                 InitError::Thread {
                     what: "sampler",
                     source,

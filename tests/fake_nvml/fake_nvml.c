@@ -23,6 +23,12 @@
  *      FAKE_NVML_FAIL          name:code[:device][,name:code[:device]...]
  *      FAKE_NVML_FOLLOW_RSS    1: device 0 used = FAKE_NVML_USED_MIB plus
  *                              the resident set size of the calling process
+ *      FAKE_NVML_LIVE_FILE     a file read again at every device query, so
+ *                              another process can script memory as it runs:
+ *                              lines "used <device> <bytes>" set a device's
+ *                              used memory, lines "process <pid> <device>
+ *                              <bytes>" are the compute processes listed
+ *                              (all of them: the lists are replaced)
  *
  * Build with -DFAKE_NVML_NO_PROCESS_QUERIES to leave out the two process
  * query symbols, as a driver that lacks them would.
@@ -220,6 +226,7 @@ static fake_error g_errors[FAKE_MAX_ERRORS];
 static unsigned int g_error_count;
 static unsigned long long g_calls[F_COUNT];
 static unsigned long long g_timeline_start_ns;
+static char g_live_file[4096]; /* FAKE_NVML_LIVE_FILE, empty when unset */
 
 static unsigned long long now_ns(void) {
     struct timespec ts;
@@ -257,7 +264,37 @@ static void reset_locked(void) {
     g_error_count = 0;
     memset(g_calls, 0, sizeof(g_calls));
     g_timeline_start_ns = now_ns();
+    g_live_file[0] = '\0';
     g_defaults_done = 1;
+}
+
+/* Applies FAKE_NVML_LIVE_FILE, when set and readable (a file being replaced is
+ * skipped this time, keeping the state of the last read). */
+static void live_apply_locked(void) {
+    if (g_live_file[0] == '\0') {
+        return;
+    }
+    FILE *f = fopen(g_live_file, "r");
+    if (f == NULL) {
+        return;
+    }
+    for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+        g_devices[i].compute_count = 0;
+    }
+    char line[256];
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long bytes = 0;
+        unsigned int dev = 0, pid = 0;
+        if (sscanf(line, "used %u %llu", &dev, &bytes) == 2 && dev < FAKE_MAX_DEVICES) {
+            g_devices[dev].used = bytes;
+        } else if (sscanf(line, "process %u %u %llu", &pid, &dev, &bytes) == 3 &&
+                   dev < FAKE_MAX_DEVICES && g_devices[dev].compute_count < FAKE_MAX_PROCESSES) {
+            fake_process *p = &g_devices[dev].compute[g_devices[dev].compute_count++];
+            p->pid = pid;
+            p->used = bytes;
+        }
+    }
+    fclose(f);
 }
 
 /* Takes the lock and makes sure the defaults are in place. */
@@ -539,6 +576,10 @@ static void apply_env_locked(void) {
     if (s != NULL && *s != '\0') {
         env_timeline_locked(s);
     }
+    s = getenv("FAKE_NVML_LIVE_FILE");
+    if (s != NULL && strlen(s) < sizeof(g_live_file)) {
+        strcpy(g_live_file, s);
+    }
     g_timeline_start_ns = now_ns();
 }
 
@@ -769,6 +810,7 @@ static nvmlReturn_t enter_device(int f, nvmlDevice_t device, struct nvmlDevice_s
         unlock_state();
         return rc;
     }
+    live_apply_locked();
     *dev = &g_devices[idx];
     return NVML_SUCCESS;
 }

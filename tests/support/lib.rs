@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 pub mod example;
 pub mod fake_nvml;
 pub mod http;
+pub mod python_otel;
+pub mod raw_http;
 pub mod receiver;
 pub mod rotel_debug;
 pub mod sampling;

@@ -311,7 +311,7 @@ pub fn unused_endpoint() -> String {
 }
 
 /// A port on `127.0.0.1` where nothing listens (see [`unused_endpoint`]).
-fn unused_port() -> u16 {
+pub fn unused_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a probe socket");
     listener
         .local_addr()

@@ -23,6 +23,8 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, InitError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("gpuspan-export")
+        // The transport's own tracing spans are not the program's: no subscriber here.
+        .on_thread_start(super::silence_tracing)
         .enable_all()
         .build()
         .map_err(|source| InitError::Thread {

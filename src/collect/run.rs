@@ -1,0 +1,373 @@
+//! `gpuspan run -- <command>`: a collector on a free local port around one command, and a
+//! `run` span over the command with its exit status and its process tree's GPU memory.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+
+use super::enrich::Enriched;
+use super::{CollectError, CollectStats, Collector};
+use crate::Protocol;
+
+/// How a command run under the collector ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunOutcome {
+    /// The exit code to return: the command's own, or 128 + the signal that ended it.
+    pub exit_code: i32,
+    /// What the collector did.
+    pub stats: CollectStats,
+    /// A few lines for the terminal: duration, exit status, GPU memory, spans.
+    pub summary: String,
+}
+
+/// Runs `command` (program and arguments) with a collector on a free local port, then
+/// forwards its spans and a `run` span over it; see the README's "Other programs' spans".
+///
+/// The child gets `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_EXPORTER_OTLP_PROTOCOL` (both
+/// protocols are answered on the one port), `OTEL_SERVICE_NAME` from the command where
+/// unset, and `TRACEPARENT` naming the `run` span. SIGINT and SIGTERM are passed on to it.
+///
+/// # Errors
+/// The collector could not start, or the command could not be started.
+pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, CollectError> {
+    let Some(program) = command.first() else {
+        return Err(CollectError::NoCommand);
+    };
+    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let collector = Collector::builder()
+        .grpc_addr(Some(loopback))
+        .http_addr(None)
+        .service_name("gpuspan-run")
+        .start()?;
+    let addr = collector.grpc_addr().unwrap_or(loopback);
+    let service = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| service_from(command));
+    let ids = random_ids();
+    let (trace_id, span_id) = (ids[..16].to_vec(), ids[16..24].to_vec());
+
+    let mut child = std::process::Command::new(program);
+    child.args(&command[1..]);
+    for signal in ["TRACES", "METRICS", "LOGS"] {
+        child.env_remove(format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"));
+        child.env_remove(format!("OTEL_EXPORTER_OTLP_{signal}_PROTOCOL"));
+    }
+    child
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
+        .env(
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            match protocol {
+                Protocol::Grpc => "grpc",
+                _ => "http/protobuf",
+            },
+        )
+        .env("OTEL_SERVICE_NAME", &service)
+        .env(
+            "TRACEPARENT",
+            format!("00-{}-{}-01", hex(&trace_id), hex(&span_id)),
+        );
+    if std::env::var_os("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS").is_none() {
+        // The Python SDK reports `process.pid` only with its process detector; the pid
+        // is what `gpu.process.memory.*` is looked up by.
+        child.env("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "otel,process");
+    }
+    // Handlers before the child exists, so a signal sent as soon as it starts is passed on
+    // rather than ending gpuspan.
+    let signals = catch_signals();
+    let start = unix_now();
+    let mut child = child.spawn().map_err(|source| CollectError::Command {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })?;
+    let pid = child.id();
+    collector.timelines().follow_tree(pid);
+    let forwarding = signals.and_then(|signals| forward_signals(signals, pid));
+    let status = child.wait();
+    let end = unix_now();
+    if let Some((handle, thread)) = forwarding {
+        handle.close();
+        let _ = thread.join();
+    }
+    let (exit_code, how) = match &status {
+        Ok(status) => exit_of(status),
+        Err(e) => (1, format!("could not be waited for ({e})")),
+    };
+
+    // Let the sampler pass the end, so the last interval is in the peak.
+    let interval = collector.timelines().interval;
+    for _ in 0..4 {
+        if collector.timelines().latest().is_some_and(|l| l >= end) {
+            break;
+        }
+        std::thread::sleep(interval);
+    }
+    let tree = collector.timelines().take_tree();
+    let mut attributes = vec![
+        string("process.command_line", &command_line(command)),
+        int("process.pid", i64::from(pid)),
+        int("process.exit.code", i64::from(exit_code)),
+    ];
+    if let Some(tree) = &tree {
+        for (key, value) in [
+            ("gpu.process.memory.start", tree.start),
+            ("gpu.process.memory.end", tree.end),
+            ("gpu.process.memory.peak", tree.peak),
+        ] {
+            if let Some(v) = value {
+                attributes.push(int(key, i64::try_from(v).unwrap_or(i64::MAX)));
+            }
+        }
+        debug_assert_eq!(tree.root(), pid);
+    }
+    let mut span = Span {
+        trace_id,
+        span_id,
+        name: "run".into(),
+        kind: SpanKind::Internal as i32,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes,
+        status: Some(Status {
+            message: if exit_code == 0 {
+                String::new()
+            } else {
+                how.clone()
+            },
+            code: if exit_code == 0 {
+                StatusCode::Unset
+            } else {
+                StatusCode::Error
+            } as i32,
+        }),
+        ..Default::default()
+    };
+    let mut counts = Enriched::default();
+    collector
+        .enricher()
+        .span(&mut span, None, collector.timelines(), &mut counts);
+    let memory = describe_memory(&span);
+    collector.queue_ready(ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![
+                    string("service.name", &service),
+                    int("process.pid", i64::from(pid)),
+                ],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(InstrumentationScope {
+                    name: "gpuspan".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..Default::default()
+                }),
+                spans: vec![span],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    });
+    let forward_to = collector.forward_to().to_owned();
+    let stats = collector.shutdown(Duration::from_secs(10));
+    let seconds = end.saturating_sub(start) as f64 / 1e9;
+    let mut summary = format!(
+        "gpuspan run: {} {how} after {seconds:.1} s\n",
+        command_line(command)
+    );
+    summary.push_str(&memory);
+    if let Some(tree) = &tree {
+        if let (Some(s), Some(p), Some(e)) = (tree.start, tree.peak, tree.end) {
+            summary.push_str(&format!(
+                "  process tree GPU memory: start {}, peak {}, end {}\n",
+                mib(s),
+                mib(p),
+                mib(e)
+            ));
+        }
+    }
+    summary.push_str(&format!(
+        "  spans: {} received, {} given GPU memory, {} passed unchanged, {} forwarded to {forward_to}",
+        stats.spans_received, stats.spans_enriched, stats.spans_passed, stats.spans_forwarded
+    ));
+    if stats.spans_dropped > 0 {
+        summary.push_str(&format!(", {} dropped", stats.spans_dropped));
+    }
+    if stats.requests_rejected > 0 {
+        summary.push_str(&format!(", {} requests rejected", stats.requests_rejected));
+    }
+    summary.push('\n');
+    Ok(RunOutcome {
+        exit_code,
+        stats,
+        summary,
+    })
+}
+
+/// Catches SIGINT and SIGTERM from now on.
+fn catch_signals() -> Option<signal_hook::iterator::Signals> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).ok()
+}
+
+/// Passes the caught signals on to `pid` until the handle is closed.
+fn forward_signals(
+    mut signals: signal_hook::iterator::Signals,
+    pid: u32,
+) -> Option<(signal_hook::iterator::Handle, std::thread::JoinHandle<()>)> {
+    let handle = signals.handle();
+    let thread = std::thread::Builder::new()
+        .name("gpuspan-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                // SAFETY: kill has no memory effects; a pid that has exited is an error we
+                // can ignore.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, signal);
+                }
+            }
+        })
+        .ok()?;
+    Some((handle, thread))
+}
+
+fn exit_of(status: &std::process::ExitStatus) -> (i32, String) {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code, format!("exited with code {code}")),
+        (None, Some(signal)) => (128 + signal, format!("was ended by signal {signal}")),
+        _ => (1, "ended".into()),
+    }
+}
+
+/// A service name from the command: the script of `python train.py` or `python -m pkg`,
+/// else the program's file name.
+fn service_from(command: &[OsString]) -> String {
+    let name = |s: &OsString| {
+        Path::new(s).file_stem().map_or_else(
+            || s.to_string_lossy().into_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
+    let program = name(&command[0]);
+    if program.starts_with("python") {
+        let mut args = command[1..].iter();
+        while let Some(arg) = args.next() {
+            let text = arg.to_string_lossy();
+            if text == "-m" {
+                if let Some(module) = args.next() {
+                    return module.to_string_lossy().into_owned();
+                }
+            } else if !text.starts_with('-') {
+                return name(arg);
+            }
+        }
+    }
+    program
+}
+
+fn command_line(command: &[OsString]) -> String {
+    command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn describe_memory(span: &Span) -> String {
+    let get = |key: &str| super::enrich::int_attribute(&span.attributes, key);
+    match (
+        get("gpu.memory.start"),
+        get("gpu.memory.peak"),
+        get("gpu.memory.end"),
+    ) {
+        (Some(s), Some(p), Some(e)) => format!(
+            "  GPU memory (all devices): start {}, peak {}, end {}\n",
+            mib(s as u64),
+            mib(p as u64),
+            mib(e as u64)
+        ),
+        _ => "  GPU memory: not measured (no GPU source)\n".into(),
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / 1048576.0)
+}
+
+fn unix_now() -> u64 {
+    crate::runlog::unix_nanos(SystemTime::now())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 24 random bytes for the trace and span ids (never all zero, which is invalid).
+fn random_ids() -> [u8; 24] {
+    let mut bytes = [0u8; 24];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if read.is_err() || bytes[..16].iter().all(|&b| b == 0) || bytes[16..].iter().all(|&b| b == 0) {
+        use std::hash::{BuildHasher, Hasher};
+        for chunk in bytes.chunks_mut(8) {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(unix_now() as u128);
+            let v = h.finish() | 1;
+            chunk.copy_from_slice(&v.to_le_bytes()[..chunk.len()]);
+        }
+    }
+    bytes
+}
+
+fn int(key: &str, value: i64) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(Value::IntValue(value)),
+        }),
+        ..Default::default()
+    }
+}
+
+fn string(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_service_name_comes_from_the_script_or_program() {
+        assert_eq!(service_from(&os(&["python", "-u", "train.py"])), "train");
+        assert_eq!(
+            service_from(&os(&["python3", "-m", "torch.distributed.run"])),
+            "torch.distributed.run"
+        );
+        assert_eq!(
+            service_from(&os(&["/usr/bin/torchrun", "x.py"])),
+            "torchrun"
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! The OTLP receiver: one router that answers OTLP/HTTP (`/v1/traces`, `/v1/metrics`) and
+//! OTLP/gRPC on every port it listens on. Handlers decode, count and queue; they never
+//! wait on the forward target.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use tokio::sync::mpsc;
+use tonic::codec::CompressionEncoding;
+
+use super::decode::{self, Format, Rejection};
+use super::forward::{span_count, Counters, Item};
+
+/// Where received requests go.
+#[derive(Clone)]
+pub(crate) struct Intake {
+    pub(crate) queue: mpsc::Sender<Item>,
+    pub(crate) counters: Arc<Counters>,
+    /// Largest request body, compressed or not.
+    pub(crate) limit: usize,
+}
+
+impl Intake {
+    fn traces(&self, request: ExportTraceServiceRequest) {
+        let spans = span_count(&request);
+        let c = &self.counters;
+        c.spans_received.fetch_add(spans, Ordering::Relaxed);
+        if self.queue.try_send(Item::Traces(request)).is_err() {
+            c.spans_dropped.fetch_add(spans, Ordering::Relaxed);
+        }
+    }
+
+    fn metrics(&self, request: ExportMetricsServiceRequest) {
+        let c = &self.counters;
+        c.metric_requests_received.fetch_add(1, Ordering::Relaxed);
+        if self.queue.try_send(Item::Metrics(request)).is_err() {
+            c.metric_requests_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn reject(&self, format: Format, rejection: &Rejection) -> Response {
+        self.counters
+            .requests_rejected
+            .fetch_add(1, Ordering::Relaxed);
+        let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::BAD_REQUEST);
+        let body = decode::error_body(format, rejection);
+        (
+            status,
+            [(header::CONTENT_TYPE, format.content_type())],
+            body,
+        )
+            .into_response()
+    }
+
+    /// Content type, size and encoding checks, then the decompressed body.
+    async fn body(&self, headers: &HeaderMap, body: Body) -> Result<(Format, Vec<u8>), Response> {
+        let text = |name| {
+            headers
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+        };
+        let format = Format::from_content_type(text(header::CONTENT_TYPE))
+            .map_err(|r| self.reject(Format::Protobuf, &r))?;
+        let limit = self.limit;
+        let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+            let r = Rejection::new(
+                413,
+                format!(
+                    "request body is over {limit} bytes (or was cut short); send smaller batches"
+                ),
+            );
+            self.reject(format, &r)
+        })?;
+        let raw = decode::decompress(text(header::CONTENT_ENCODING), &bytes, limit)
+            .map_err(|r| self.reject(format, &r))?;
+        Ok((format, raw))
+    }
+}
+
+fn ok(format: Format, body: Vec<u8>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, format.content_type())],
+        body,
+    )
+        .into_response()
+}
+
+async fn http_traces(State(intake): State<Intake>, headers: HeaderMap, body: Body) -> Response {
+    let (format, raw) = match intake.body(&headers, body).await {
+        Ok(decoded) => decoded,
+        Err(response) => return response,
+    };
+    match decode::traces(format, &raw) {
+        Ok(request) => {
+            intake.traces(request);
+            let reply = ExportTraceServiceResponse {
+                partial_success: None,
+            };
+            ok(format, encode(format, &reply))
+        }
+        Err(r) => intake.reject(format, &r),
+    }
+}
+
+async fn http_metrics(State(intake): State<Intake>, headers: HeaderMap, body: Body) -> Response {
+    let (format, raw) = match intake.body(&headers, body).await {
+        Ok(decoded) => decoded,
+        Err(response) => return response,
+    };
+    match decode::metrics(format, &raw) {
+        Ok(request) => {
+            intake.metrics(request);
+            let reply = ExportMetricsServiceResponse {
+                partial_success: None,
+            };
+            ok(format, encode(format, &reply))
+        }
+        Err(r) => intake.reject(format, &r),
+    }
+}
+
+fn encode<T: prost::Message + serde::Serialize>(format: Format, message: &T) -> Vec<u8> {
+    match format {
+        Format::Protobuf => message.encode_to_vec(),
+        Format::Json => serde_json::to_vec(message).unwrap_or_else(|_| b"{}".to_vec()),
+    }
+}
+
+struct GrpcTraces(Intake);
+struct GrpcMetrics(Intake);
+
+#[tonic::async_trait]
+impl TraceService for GrpcTraces {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.0.traces(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl MetricsService for GrpcMetrics {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.0.metrics(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+/// Counts gRPC requests that tonic turned away before a handler saw them (malformed or
+/// too large messages): their replies carry a non-zero `grpc-status` header.
+async fn count_grpc_rejections(
+    State(counters): State<Arc<Counters>>,
+    response: Response,
+) -> Response {
+    let failed = response
+        .headers()
+        .get("grpc-status")
+        .is_some_and(|status| status.as_bytes() != b"0");
+    if failed {
+        counters.requests_rejected.fetch_add(1, Ordering::Relaxed);
+    }
+    response
+}
+
+/// The router that answers both protocols.
+pub(crate) fn router(intake: Intake) -> Router {
+    let limit = intake.limit;
+    let grpc = tonic::service::Routes::new(
+        TraceServiceServer::new(GrpcTraces(intake.clone()))
+            .accept_compressed(CompressionEncoding::Gzip)
+            .max_decoding_message_size(limit),
+    )
+    .add_service(
+        MetricsServiceServer::new(GrpcMetrics(intake.clone()))
+            .accept_compressed(CompressionEncoding::Gzip)
+            .max_decoding_message_size(limit),
+    )
+    .into_axum_router();
+    let counters = Arc::clone(&intake.counters);
+    Router::new()
+        .route("/v1/traces", post(http_traces))
+        .route("/v1/metrics", post(http_metrics))
+        .with_state(intake)
+        .merge(grpc)
+        .layer(axum::middleware::map_response_with_state(
+            counters,
+            count_grpc_rejections,
+        ))
+}
+
+/// Binds `addr` (port 0: a free port) and serves `router` until `stop` resolves.
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    router: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(stop)
+            .await;
+    });
+    Ok((local, task))
+}
