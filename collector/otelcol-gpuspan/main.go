@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/collector/processor/memorylimiterprocessor"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 )
 
 // version is the collector release every component module is pinned to (go.mod).
@@ -35,7 +36,8 @@ const version = "0.161.0"
 // components lists the factories the example configuration names, and no others.
 func components() (otelcol.Factories, error) {
 	var err error
-	factories := otelcol.Factories{}
+	// The collector's own logs and metrics (service::telemetry), as in otelcol-contrib.
+	factories := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
 	if factories.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](
 		healthcheckextension.NewFactory(),
 	); err != nil {
