@@ -12,9 +12,10 @@
 # (flock). The default Go caches (GOMODCACHE, GOCACHE) are used, so a second build on the
 # same machine, or a build after a version bump, reuses what was downloaded and compiled.
 #
-# Time on a 2-core machine: about 4 min to download the modules on empty caches, then about
-# 6 min to compile both; 40 s to relink both from a warm build cache; 0.1 s when the stamp
-# matches.
+# Time on a 2-core machine: on empty Go caches, 4.5 min to download the modules (1.6 min for
+# the collector's, 2.9 min for Jaeger's) and 11.7 min of CPU to compile them (3.9 min and
+# 7.8 min; so roughly 6 to 8 min of wall time on two idle cores); with a warm build cache
+# 40 s to relink both; 0.05 s when the stamp matches.
 #
 # Environment: COLLECTORS_DIR (default <repo>/target/collectors), GO (default go; Go 1.26 or
 # newer, the release the collector modules declare).
@@ -41,11 +42,12 @@ mkdir -p "$bin"
 exec 9>"$dir/build-go.lock"
 flock 9
 
-# Rebuild whenever the toolchain or anything that pins or defines the programs changes.
+# Rebuild whenever the toolchain, this script or anything that pins or defines the programs
+# changes.
 want="$("$go" version)
-$(cd "$repo" && cat collector/otelcol-gpuspan/go.mod collector/otelcol-gpuspan/go.sum \
-    collector/otelcol-gpuspan/*.go tests/collectors/jaeger/go.mod tests/collectors/jaeger/go.sum |
-    sha256sum | cut -d' ' -f1)"
+$(cd "$repo" && cat tests/collectors/build-go.sh collector/otelcol-gpuspan/go.mod \
+    collector/otelcol-gpuspan/go.sum collector/otelcol-gpuspan/*.go \
+    tests/collectors/jaeger/go.mod tests/collectors/jaeger/go.sum | sha256sum | cut -d' ' -f1)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$bin/otelcol-gpuspan" && -x "$bin/jaeger" ]]; then
     exit 0
 fi
@@ -53,10 +55,10 @@ fi
 started=$(date +%s)
 rm -f "$stamp"
 say "building otelcol-gpuspan ($(grep -m1 'collector/otelcol ' "$otelcol_module/go.mod" | awk '{print $2}'))"
-(cd "$otelcol_module" && "$go" build -trimpath -o "$bin/otelcol-gpuspan.new" .)
+(cd "$otelcol_module" && "$go" build -trimpath -ldflags="-s -w" -o "$bin/otelcol-gpuspan.new" .)
 mv -f "$bin/otelcol-gpuspan.new" "$bin/otelcol-gpuspan"
 say "building jaeger ($(grep -m1 'jaegertracing/jaeger ' "$jaeger_module/go.mod" | awk '{print $2}'))"
-(cd "$jaeger_module" && "$go" build -trimpath -o "$bin/jaeger.new" github.com/jaegertracing/jaeger/cmd/jaeger)
+(cd "$jaeger_module" && "$go" build -trimpath -ldflags="-s -w" -o "$bin/jaeger.new" github.com/jaegertracing/jaeger/cmd/jaeger)
 mv -f "$bin/jaeger.new" "$bin/jaeger"
 echo "$want" >"$stamp"
 say "done in $(($(date +%s) - started))s"
