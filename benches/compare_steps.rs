@@ -20,9 +20,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "../tests/support/receiver.rs"]
-#[allow(dead_code)]
-mod receiver;
+use gpuspan_test_support::receiver;
 
 use std::collections::BTreeSet;
 use std::hint::black_box;

@@ -17,9 +17,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "../tests/support/fake_nvml.rs"]
-#[allow(dead_code)]
-mod fake_nvml;
+use gpuspan_test_support::fake_nvml;
 
 use std::path::PathBuf;
 use std::process::Command;

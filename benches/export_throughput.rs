@@ -22,12 +22,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "../tests/support/fake_nvml.rs"]
-#[allow(dead_code)]
-mod fake_nvml;
-#[path = "../tests/support/receiver.rs"]
-#[allow(dead_code)]
-mod receiver;
+use gpuspan_test_support::fake_nvml;
+use gpuspan_test_support::receiver;
 
 use std::time::{Duration, Instant};
 
@@ -103,14 +99,40 @@ fn received_points(receiver: &Receiver) -> u64 {
     points
 }
 
+/// Spans written to a run directory's `traces.jsonl`.
+fn spans_in_run_dir(dir: &std::path::Path) -> u64 {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    let text = std::fs::read_to_string(dir.join("traces.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let request: ExportTraceServiceRequest =
+                serde_json::from_str(line).expect("a valid OTLP/JSON line");
+            request
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len() as u64)
+                .sum::<u64>()
+        })
+        .sum()
+}
+
 /// One span configuration: `rate` spans per second offered (`None`: as fast as the thread
 /// goes) for `window`.
 fn spans(protocol: &str, rate: Option<u64>, window: Duration) -> String {
     let receiver = start_receiver(protocol);
     let fake = FakeNvml::build();
+    let run_root = tempfile::tempdir().expect("a temporary run directory");
+    let traces = if protocol == "dir" {
+        Exporter::RunDir
+    } else {
+        Exporter::Otlp
+    };
     let telemetry = builder(protocol, &receiver)
         .nvml_lib(fake.path())
-        .traces_exporter(Exporter::Otlp)
+        .run_dir(run_root.path())
+        .traces_exporter(traces)
         .metrics_exporter(Exporter::None)
         .build()
         .expect("gpuspan builds");
@@ -157,7 +179,16 @@ fn spans(protocol: &str, rate: Option<u64>, window: Duration) -> String {
     if let Err(e) = flushed {
         eprintln!("flush: {e}");
     }
-    let received = received_spans(&receiver);
+    let received = if protocol == "dir" {
+        spans_in_run_dir(&run_root.path().join("bench"))
+    } else {
+        received_spans(&receiver)
+    };
+    assert_eq!(
+        received + dropped,
+        produced,
+        "{protocol}: delivered + lost must be produced"
+    );
     let total = produce_time + flush_time;
     format!(
         "{:<5} {:>9} {:>10.0} {:>9} {:>9} {:>8.1}% {:>11.0} {:>9.0} {:>12.2}",
@@ -265,17 +296,16 @@ fn main() {
     );
     let rates: &[Option<u64>] = if full {
         &[
-            Some(5_000),
-            Some(10_000),
             Some(20_000),
-            Some(40_000),
-            Some(80_000),
+            Some(50_000),
+            Some(100_000),
+            Some(200_000),
             None,
         ]
     } else {
         &[Some(10_000), None]
     };
-    for protocol in ["grpc", "http"] {
+    for protocol in ["dir", "grpc", "http"] {
         for &rate in rates {
             println!("{}", spans(protocol, rate, window));
         }

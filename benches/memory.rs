@@ -13,12 +13,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "../tests/support/fake_nvml.rs"]
-#[allow(dead_code)]
-mod fake_nvml;
-#[path = "../tests/support/receiver.rs"]
-#[allow(dead_code)]
-mod receiver;
+use gpuspan_test_support::fake_nvml;
+use gpuspan_test_support::receiver;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;

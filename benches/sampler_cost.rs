@@ -20,9 +20,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "../tests/support/fake_nvml.rs"]
-#[allow(dead_code)]
-mod fake_nvml;
+use gpuspan_test_support::fake_nvml;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

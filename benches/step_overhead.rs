@@ -29,12 +29,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "../tests/support/fake_nvml.rs"]
-#[allow(dead_code)]
-mod fake_nvml;
-#[path = "../tests/support/receiver.rs"]
-#[allow(dead_code)]
-mod receiver;
+use gpuspan_test_support::fake_nvml;
+use gpuspan_test_support::receiver;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -1,46 +1,222 @@
-//! The tracing layer that carries gpuspan's state inside a subscriber, so spans and counters
-//! find the sampler of the subscriber they are recorded in, with no global.
+//! The tracing layer gpuspan installs: tracing-opentelemetry's layer, plus the state that
+//! spans and counters find in the subscriber they run in (no global), plus the hand-off of a
+//! closing span's memory figures to the export queue.
+//!
+//! A closing span's figures take one route out. The guard records them as tracing fields
+//! (so `fmt` and every other subscriber see them), and hands the same typed figures to the
+//! span processor through [`closing`]; the export thread turns them into OTel attributes.
+//! tracing-opentelemetry is not given that one `record` call: building 15 attributes
+//! through its per-field visitor and the SDK span's lock, on the training thread, was most
+//! of a step's cost.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::any::TypeId;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use opentelemetry::metrics::Histogram;
+use opentelemetry_sdk::trace::SdkTracer;
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+use tracing_core::subscriber::Interest;
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
-use crate::runlog::EpochSummary;
 use crate::sampler::Shared;
+use crate::span::SpanFigures;
 
-/// Marker layer: gives spans and counters the state of the subscriber they run in.
-#[derive(Debug, Clone)]
-pub(crate) struct MemoryLayer(pub(crate) Arc<LayerState>);
-
-/// What an open span needs: the sampler's state and the span-duration histograms.
+/// What an open span needs from the subscriber it runs in.
 #[derive(Debug)]
 pub(crate) struct LayerState {
     pub(crate) shared: Arc<Shared>,
-    /// `ml.step.duration`, one per meter provider.
-    pub(crate) step_duration: Vec<Histogram<f64>>,
-    /// `ml.epoch.duration`, one per meter provider.
-    pub(crate) epoch_duration: Vec<Histogram<f64>>,
-    /// Steps closed so far, to count each epoch's steps.
-    pub(crate) steps_closed: AtomicU64,
-    /// A row per closed epoch, for the summary printed at shutdown.
-    pub(crate) epochs: Mutex<Vec<EpochSummary>>,
 }
 
-impl<S: tracing::Subscriber> Layer<S> for MemoryLayer {}
+/// Handle found by [`current`] through `downcast_raw`.
+#[derive(Debug, Clone)]
+pub(crate) struct StateHandle(pub(crate) Arc<LayerState>);
 
-/// Runs `f` with the sampler state of the current subscriber, if it has a gpuspan layer.
-pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<Shared>) -> R) -> Option<R> {
-    let state = current()?;
-    Some(f(&state.shared))
+/// tracing-opentelemetry's layer with gpuspan's state and figure hand-off.
+pub(crate) struct GpuspanLayer<S> {
+    otel: tracing_opentelemetry::OpenTelemetryLayer<S, SdkTracer>,
+    state: StateHandle,
+}
+
+impl<S> GpuspanLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    pub(crate) fn new(tracer: SdkTracer, state: Arc<LayerState>) -> Self {
+        Self {
+            otel: tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_threads(false)
+                .with_tracked_inactivity(false),
+            state: StateHandle(state),
+        }
+    }
+}
+
+thread_local! {
+    /// Set while the guard records the memory fields: the OTel layer skips that record.
+    static RECORDING_MEMORY: Cell<bool> = const { Cell::new(false) };
+    /// Figures of spans whose guard dropped on this thread, waiting for their close.
+    static WAITING: RefCell<Vec<(Id, Box<SpanFigures>)>> = const { RefCell::new(Vec::new()) };
+    /// Figures of the span closing now on this thread, for the span processor's `on_end`.
+    static CLOSING: RefCell<Option<Box<SpanFigures>>> = const { RefCell::new(None) };
+}
+
+/// Runs `record` (the guard's `record_all` of the memory fields) without the OTel layer.
+pub(crate) fn record_memory_fields(record: impl FnOnce()) {
+    RECORDING_MEMORY.with(|flag| flag.set(true));
+    record();
+    RECORDING_MEMORY.with(|flag| flag.set(false));
+}
+
+/// Spans whose figures wait in their extensions (closed later, possibly elsewhere).
+static PARKED: AtomicUsize = AtomicUsize::new(0);
+
+/// Figures parked in a span's extensions.
+struct Parked(Box<SpanFigures>);
+
+/// Exits and drops the guard's span, handing its figures to the close. The close usually
+/// happens right here; when a clone of the span is still alive it comes later, maybe on
+/// another thread, and the figures wait in the span's extensions until then.
+pub(crate) fn hand_over(span: tracing::span::EnteredSpan, figures: Box<SpanFigures>) {
+    let span = span.exit();
+    let Some(id) = span.id() else { return };
+    WAITING.with(|waiting| waiting.borrow_mut().push((id.clone(), figures)));
+    drop(span);
+    if let Some(figures) = take_waiting(&id) {
+        // Still open: park the figures with the span itself.
+        let mut figures = Some(figures);
+        tracing::dispatcher::get_default(|dispatch| {
+            let Some(figures) = figures.take() else {
+                return;
+            };
+            let registry = dispatch.downcast_ref::<tracing_subscriber::Registry>();
+            if let Some(data) = registry.and_then(|r| r.span_data(&id)) {
+                use tracing_subscriber::registry::SpanData as _;
+                data.extensions_mut().insert(Parked(figures));
+                PARKED.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+/// The figures of the span whose `on_end` is running, if gpuspan measured it.
+pub(crate) fn closing() -> Option<Box<SpanFigures>> {
+    CLOSING.with(|closing| closing.borrow_mut().take())
+}
+
+fn take_waiting(id: &Id) -> Option<Box<SpanFigures>> {
+    WAITING.with(|waiting| {
+        let mut waiting = waiting.borrow_mut();
+        let position = waiting
+            .iter()
+            .rposition(|(waiting_id, _)| waiting_id == id)?;
+        Some(waiting.swap_remove(position).1)
+    })
+}
+
+impl<S> Layer<S> for GpuspanLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_register_dispatch(&self, subscriber: &tracing::Dispatch) {
+        self.otel.on_register_dispatch(subscriber);
+    }
+
+    fn on_layer(&mut self, subscriber: &mut S) {
+        self.otel.on_layer(subscriber);
+    }
+
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        self.otel.register_callsite(metadata)
+    }
+
+    fn enabled(&self, metadata: &Metadata<'_>, ctx: Context<'_, S>) -> bool {
+        self.otel.enabled(metadata, ctx)
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        self.otel.on_new_span(attrs, id, ctx);
+    }
+
+    fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if !RECORDING_MEMORY.with(Cell::get) {
+            self.otel.on_record(span, values, ctx);
+        }
+    }
+
+    fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
+        self.otel.on_follows_from(span, follows, ctx);
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, ctx: Context<'_, S>) -> bool {
+        self.otel.event_enabled(event, ctx)
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        self.otel.on_event(event, ctx);
+    }
+
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        self.otel.on_enter(id, ctx);
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        self.otel.on_exit(id, ctx);
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        let mut figures = take_waiting(&id);
+        if figures.is_none() && PARKED.load(Ordering::Relaxed) > 0 {
+            if let Some(span) = ctx.span(&id) {
+                figures = span.extensions_mut().remove::<Parked>().map(|p| {
+                    PARKED.fetch_sub(1, Ordering::Relaxed);
+                    p.0
+                });
+            }
+        }
+        let measured = figures.is_some();
+        if measured {
+            CLOSING.with(|closing| *closing.borrow_mut() = figures);
+        }
+        // Ends the OTel span: the span processor's `on_end` runs inside, on this thread.
+        self.otel.on_close(id, ctx);
+        if measured {
+            CLOSING.with(|closing| closing.borrow_mut().take());
+        }
+    }
+
+    fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
+        self.otel.on_id_change(old, new, ctx);
+    }
+
+    unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
+        if id == TypeId::of::<Self>() {
+            return Some(self as *const Self as *const ());
+        }
+        if id == TypeId::of::<StateHandle>() {
+            return Some(&self.state as *const StateHandle as *const ());
+        }
+        // SAFETY: forwarded to the inner layer, which upholds the same contract (its
+        // `WithContext` lookup is what `OpenTelemetrySpanExt` relies on).
+        unsafe { self.otel.downcast_raw(id) }
+    }
 }
 
 /// The current subscriber's gpuspan state, if it has a gpuspan layer.
 pub(crate) fn current() -> Option<Arc<LayerState>> {
     tracing::dispatcher::get_default(|dispatch| {
         dispatch
-            .downcast_ref::<MemoryLayer>()
-            .map(|layer| Arc::clone(&layer.0))
+            .downcast_ref::<StateHandle>()
+            .map(|handle| Arc::clone(&handle.0))
     })
+}
+
+/// Runs `f` with the sampler state of the current subscriber, if it has a gpuspan layer.
+pub(crate) fn with_current<R>(f: impl FnOnce(&Arc<Shared>) -> R) -> Option<R> {
+    let state = current()?;
+    Some(f(&state.shared))
 }

@@ -64,8 +64,9 @@ mod timeline;
 #[doc(hidden)]
 pub use macros::__private;
 
-pub use config::{Exporter, Protocol, DEFAULT_SAMPLE_INTERVAL};
+pub use config::{Compression, Exporter, Protocol, DEFAULT_SAMPLE_INTERVAL};
 pub use error::{InitError, ShutdownError};
+pub use export::health::ExportCounts;
 pub use sampler::SamplerStats;
 pub use source::allocator::record_allocator;
 pub use source::{Device, DeviceReading, DeviceScope, MemorySource};

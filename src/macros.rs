@@ -13,15 +13,13 @@
 /// ```
 #[macro_export]
 macro_rules! epoch_span {
-    ($epoch:expr $(, $($fields:tt)*)?) => {{
-        let epoch = $crate::__private::index($epoch);
+    ($epoch:expr $(, $($fields:tt)*)?) => {
         $crate::__memory_span!(
-            $crate::__private::SpanRole::Epoch(epoch),
             "epoch",
-            ml.epoch = epoch
+            ml.epoch = $crate::__private::index($epoch)
             $(, $($fields)*)?
         )
-    }};
+    };
 }
 
 /// Opens a `step` span with `ml.step` set, and returns the [`MemorySpan`](crate::MemorySpan)
@@ -37,7 +35,6 @@ macro_rules! epoch_span {
 macro_rules! step_span {
     ($step:expr $(, $($fields:tt)*)?) => {
         $crate::__memory_span!(
-            $crate::__private::SpanRole::Step,
             "step",
             ml.step = $crate::__private::index($step)
             $(, $($fields)*)?
@@ -55,7 +52,7 @@ macro_rules! step_span {
 #[macro_export]
 macro_rules! memory_span {
     ($name:literal $(, $($fields:tt)*)?) => {
-        $crate::__memory_span!($crate::__private::SpanRole::Other, $name $(, $($fields)*)?)
+        $crate::__memory_span!($name $(, $($fields)*)?)
     };
 }
 
@@ -64,7 +61,7 @@ macro_rules! memory_span {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __memory_span {
-    ($role:expr, $name:literal $(, $($fields:tt)*)?) => {{
+    ($name:literal $(, $($fields:tt)*)?) => {{
         static FIELDS: $crate::__private::FieldCache = $crate::__private::FieldCache::new();
         $crate::MemorySpan::enter(
             $crate::__private::tracing::info_span!(
@@ -86,7 +83,6 @@ macro_rules! __memory_span {
                 gpu.memory.samples = $crate::__private::Empty,
                 $($($fields)*)?
             ),
-            $role,
             &FIELDS,
         )
     }};
@@ -95,7 +91,7 @@ macro_rules! __memory_span {
 /// What the macros expand to; not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::span::{FieldCache, SpanRole};
+    pub use crate::span::FieldCache;
     pub use tracing;
     pub use tracing::field::Empty;
 

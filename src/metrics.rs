@@ -9,7 +9,9 @@ use std::sync::Arc;
 use opentelemetry::metrics::{Histogram, Meter};
 use opentelemetry::KeyValue;
 
-use crate::sampler::{figure, Shared, ABSENT};
+use crate::runlog::{Role, SpanRecord};
+use crate::sampler::{figure, Shared};
+use crate::span::int;
 
 /// Bucket bounds in seconds for step and epoch durations: milliseconds to an hour.
 const DURATION_BOUNDS: [f64; 20] = [
@@ -18,9 +20,9 @@ const DURATION_BOUNDS: [f64; 20] = [
 ];
 
 /// Registers every observable instrument on `meter`. Their callbacks live as long as the
-/// meter provider.
-/// `reader` is the metric reader's own `gpu.memory.peak` window (below `METRIC_READERS`).
-pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>, reader: usize) {
+/// meter provider. `gpu.memory.peak` reads a peak window of this meter's own, so two
+/// readers (an OTLP export and a Prometheus scrape) do not reset each other's peak.
+pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
     let devices: Arc<[Vec<KeyValue>]> = shared
         .devices()
         .iter()
@@ -97,6 +99,7 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>, reader: usize
             .build();
 
         let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
+        let window = shared.register_peak_window();
         meter
             .i64_observable_gauge("gpu.memory.peak")
             .with_unit("By")
@@ -105,7 +108,7 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>, reader: usize
             )
             .with_callback(move |observer| {
                 for (i, attributes) in d.iter().enumerate() {
-                    if let Some(peak) = value(s.take_peak_since_collect(reader, i)) {
+                    if let Some(peak) = value(s.take_peak(&window, i)) {
                         observer.observe(peak, attributes);
                     }
                 }
@@ -126,22 +129,48 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>, reader: usize
         .build();
 }
 
-/// `ml.step.duration` and `ml.epoch.duration`, in seconds.
-pub(crate) fn duration_histograms(meter: &Meter) -> (Histogram<f64>, Histogram<f64>) {
-    let histogram = |name: &'static str, description: &'static str| {
-        meter
-            .f64_histogram(name)
-            .with_unit("s")
-            .with_description(description)
-            .with_boundaries(DURATION_BOUNDS.to_vec())
-            .build()
-    };
-    (
-        histogram("ml.step.duration", "Duration of training steps"),
-        histogram("ml.epoch.duration", "Duration of training epochs"),
-    )
+/// `ml.step.duration` and `ml.epoch.duration` of every meter provider, fed from closed
+/// spans on the export thread.
+#[derive(Debug, Default)]
+pub(crate) struct Durations {
+    step: Vec<Histogram<f64>>,
+    epoch: Vec<Histogram<f64>>,
 }
 
-fn value(raw: u64) -> Option<i64> {
-    (raw != ABSENT).then(|| i64::try_from(raw).unwrap_or(i64::MAX))
+impl Durations {
+    /// Adds the two histograms on `meter`.
+    pub(crate) fn register(&mut self, meter: &Meter) {
+        let histogram = |name: &'static str, description: &'static str| {
+            meter
+                .f64_histogram(name)
+                .with_unit("s")
+                .with_description(description)
+                .with_boundaries(DURATION_BOUNDS.to_vec())
+                .build()
+        };
+        self.step
+            .push(histogram("ml.step.duration", "Duration of training steps"));
+        self.epoch.push(histogram(
+            "ml.epoch.duration",
+            "Duration of training epochs",
+        ));
+    }
+}
+
+impl crate::export::tap::SpanTap for Durations {
+    fn on_span(&mut self, _span: &mut opentelemetry_sdk::trace::SpanData, record: &SpanRecord) {
+        let histograms = match record.role {
+            Role::Step(_) => &self.step,
+            Role::Epoch(_) => &self.epoch,
+            Role::Other => return,
+        };
+        let seconds = record.seconds();
+        for histogram in histograms {
+            histogram.record(seconds, &[]);
+        }
+    }
+}
+
+fn value(reading: Option<u64>) -> Option<i64> {
+    reading.map(int)
 }

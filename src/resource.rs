@@ -27,7 +27,9 @@ pub(crate) fn build(settings: &Settings) -> Resource {
     for (key, value) in &settings.resource {
         attributes.push(KeyValue::new(key.clone(), value.clone()));
     }
-    Resource::builder()
+    // Built from the resolved settings only: the SDK's own detectors would read
+    // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES a second time.
+    Resource::builder_empty()
         .with_attributes(attributes)
         .with_service_name(settings.service_name.clone())
         .build()

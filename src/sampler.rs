@@ -6,7 +6,7 @@
 //! holds for the few atomic maxima of one tick.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -14,12 +14,14 @@ use crate::source::host::HostMemory;
 use crate::source::{Device, DeviceReading, MemorySource};
 use crate::timeline::{Tick, TickObserver};
 
-/// Metric readers that keep their own `gpu.memory.peak` window: the exporter's and the
-/// Prometheus endpoint's.
-pub(crate) const METRIC_READERS: usize = 2;
+/// Marks a figure that was not measured, inside this module's atomics only: everything
+/// outside reads `Option<u64>`.
+const ABSENT: u64 = u64::MAX;
 
-/// Marks a figure that was not measured. Never reported as a value.
-pub(crate) const ABSENT: u64 = u64::MAX;
+/// An atomic's value as a reading.
+fn reading(raw: u64) -> Option<u64> {
+    (raw != ABSENT).then_some(raw)
+}
 
 /// Positions of the figures every reading carries; device `i` is at `DEVICE0 + i`.
 pub(crate) mod figure {
@@ -47,33 +49,75 @@ pub(crate) struct Shared {
     totals: Box<[AtomicU64]>,
     /// `f64` bits; `ABSENT` when not measured.
     utilization: Box<[AtomicU64]>,
-    /// Per metric reader, per device: the highest reading since that reader last
-    /// collected. One window per reader, so a Prometheus scrape does not reset the peak an
-    /// OTLP export is about to report.
-    peak_windows: Box<[Box<[AtomicU64]>]>,
+    /// Peak windows registered by metric readers: each reader has its own, so a Prometheus
+    /// scrape does not reset the peak an OTLP export is about to report.
+    peak_windows: Mutex<Vec<Arc<PeakWindow>>>,
     /// Bit `i` set: device `i` failed its last read.
     failing: AtomicU64,
     last_errors: Mutex<Vec<Option<String>>>,
-    watermarks: Mutex<Vec<Weak<Watermark>>>,
+    watermarks: Mutex<Watermarks>,
+    /// Spans stop registering watermarks once gpuspan shuts down.
+    closed: AtomicBool,
     interval: Duration,
     ticks: AtomicU64,
     max_gap_ns: AtomicU64,
 }
 
+/// Open spans' watermarks, and closed ones kept for reuse so that opening a span does not
+/// allocate.
+#[derive(Debug, Default)]
+struct Watermarks {
+    open: Vec<Arc<Watermark>>,
+    free: Vec<Arc<Watermark>>,
+}
+
+/// Most watermarks kept for reuse.
+const FREE_WATERMARKS: usize = 256;
+
 /// The figures at a span's start and the highest seen while it is open.
 #[derive(Debug)]
 pub(crate) struct Watermark {
-    pub(crate) start: Box<[u64]>,
+    start: Box<[AtomicU64]>,
     /// Devices failing when the span opened (bit `i`: device `i`).
-    pub(crate) start_failing: u64,
+    start_failing: AtomicU64,
     peaks: Box<[AtomicU64]>,
     samples: AtomicU64,
     errors: AtomicU64,
+    /// Cleared when the span closes; the sampler then moves it to the free list.
+    open: AtomicBool,
 }
 
 impl Watermark {
-    pub(crate) fn peak(&self, figure: usize) -> u64 {
-        self.peaks[figure].load(Ordering::Relaxed)
+    fn new(figures: usize) -> Self {
+        let atomics = || (0..figures).map(|_| AtomicU64::new(ABSENT)).collect();
+        Self {
+            start: atomics(),
+            start_failing: AtomicU64::new(0),
+            peaks: atomics(),
+            samples: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            open: AtomicBool::new(false),
+        }
+    }
+
+    /// A figure when the span opened.
+    pub(crate) fn start(&self, figure: usize) -> Option<u64> {
+        reading(self.start[figure].load(Ordering::Relaxed))
+    }
+
+    /// The highest reading of a figure while the span was open (start included).
+    pub(crate) fn peak(&self, figure: usize) -> Option<u64> {
+        reading(self.peaks[figure].load(Ordering::Relaxed))
+    }
+
+    /// Devices failing when the span opened (bit `i`: device `i`).
+    pub(crate) fn start_failing(&self) -> u64 {
+        self.start_failing.load(Ordering::Relaxed)
+    }
+
+    /// Stops raising this watermark; the sampler recycles it.
+    pub(crate) fn close(&self) {
+        self.open.store(false, Ordering::Release);
     }
 
     /// Sampler ticks taken while the span was open.
@@ -98,6 +142,11 @@ impl Watermark {
         }
     }
 }
+
+/// A metric reader's `gpu.memory.peak` window: per device, the highest reading since the
+/// reader last collected.
+#[derive(Debug)]
+pub(crate) struct PeakWindow(Box<[AtomicU64]>);
 
 /// Raises `peak` to `value`, treating `ABSENT` as "nothing yet".
 fn raise(peak: &AtomicU64, value: u64) {
@@ -137,10 +186,11 @@ impl Shared {
             latest: atomics(figure::DEVICE0 + n),
             totals: atomics(n),
             utilization: atomics(n),
-            peak_windows: (0..METRIC_READERS).map(|_| atomics(n)).collect(),
+            peak_windows: Mutex::new(Vec::new()),
             failing: AtomicU64::new(0),
             last_errors: Mutex::new(vec![None; n]),
-            watermarks: Mutex::new(Vec::new()),
+            watermarks: Mutex::new(Watermarks::default()),
+            closed: AtomicBool::new(false),
             devices,
             interval,
             ticks: AtomicU64::new(0),
@@ -163,12 +213,14 @@ impl Shared {
         &self.device_keys[device]
     }
 
-    pub(crate) fn latest(&self, figure: usize) -> u64 {
-        self.latest[figure].load(Ordering::Relaxed)
+    /// The latest reading of a figure.
+    pub(crate) fn latest(&self, figure: usize) -> Option<u64> {
+        reading(self.latest[figure].load(Ordering::Relaxed))
     }
 
-    pub(crate) fn total(&self, device: usize) -> u64 {
-        self.totals[device].load(Ordering::Relaxed)
+    /// Memory installed on device `i`.
+    pub(crate) fn total(&self, device: usize) -> Option<u64> {
+        reading(self.totals[device].load(Ordering::Relaxed))
     }
 
     pub(crate) fn utilization(&self, device: usize) -> Option<f64> {
@@ -176,15 +228,26 @@ impl Shared {
         (bits != ABSENT).then(|| f64::from_bits(bits))
     }
 
-    /// The highest usage of `device` since `reader` last asked, restarting the window at
-    /// the latest reading.
-    pub(crate) fn take_peak_since_collect(&self, reader: usize, device: usize) -> u64 {
-        let current = self.latest(figure::DEVICE0 + device);
-        let peak = self.peak_windows[reader][device].swap(current, Ordering::Relaxed);
+    /// Registers a metric reader's own peak window, raised at every tick from now on.
+    pub(crate) fn register_peak_window(&self) -> Arc<PeakWindow> {
+        let window = Arc::new(PeakWindow(
+            (0..self.devices.len())
+                .map(|_| AtomicU64::new(ABSENT))
+                .collect(),
+        ));
+        lock(&self.peak_windows).push(Arc::clone(&window));
+        window
+    }
+
+    /// The highest usage of `device` since `window` was last taken, restarting the window
+    /// at the latest reading.
+    pub(crate) fn take_peak(&self, window: &PeakWindow, device: usize) -> Option<u64> {
+        let current = self.latest[figure::DEVICE0 + device].load(Ordering::Relaxed);
+        let peak = window.0[device].swap(current, Ordering::Relaxed);
         match (peak, current) {
-            (ABSENT, c) => c,
-            (p, ABSENT) => p,
-            (p, c) => p.max(c),
+            (ABSENT, c) => reading(c),
+            (p, ABSENT) => Some(p),
+            (p, c) => Some(p.max(c)),
         }
     }
 
@@ -206,23 +269,43 @@ impl Shared {
         parts.join("; ")
     }
 
-    /// Starts tracking a span: copies the latest figures and registers a watermark.
-    pub(crate) fn open_watermark(&self) -> Arc<Watermark> {
-        let start: Box<[u64]> = self
-            .latest
+    /// Starts tracking a span: copies the latest figures into a watermark the sampler
+    /// raises at every tick. `None` once gpuspan has shut down (nothing would raise it).
+    pub(crate) fn open_watermark(&self) -> Option<Arc<Watermark>> {
+        if self.closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut watermarks = lock(&self.watermarks);
+        let watermark = watermarks
+            .free
+            .pop()
+            .unwrap_or_else(|| Arc::new(Watermark::new(self.latest.len())));
+        for ((start, peak), latest) in watermark
+            .start
             .iter()
-            .map(|v| v.load(Ordering::Relaxed))
-            .collect();
-        let peaks = start.iter().map(|&v| AtomicU64::new(v)).collect();
-        let watermark = Arc::new(Watermark {
-            start_failing: self.failing.load(Ordering::Relaxed),
-            start,
-            peaks,
-            samples: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-        });
-        lock(&self.watermarks).push(Arc::downgrade(&watermark));
+            .zip(watermark.peaks.iter())
+            .zip(self.latest.iter())
+        {
+            let value = latest.load(Ordering::Relaxed);
+            start.store(value, Ordering::Relaxed);
+            peak.store(value, Ordering::Relaxed);
+        }
         watermark
+            .start_failing
+            .store(self.failing.load(Ordering::Relaxed), Ordering::Relaxed);
+        watermark.samples.store(0, Ordering::Relaxed);
+        watermark.errors.store(0, Ordering::Relaxed);
+        watermark.open.store(true, Ordering::Release);
+        watermarks.open.push(Arc::clone(&watermark));
+        Some(watermark)
+    }
+
+    /// Spans opened from now on are not tracked, and open ones are let go.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        let mut watermarks = lock(&self.watermarks);
+        watermarks.open.clear();
+        watermarks.free.clear();
     }
 
     /// Stores allocator counters pushed by framework code and raises every open watermark,
@@ -235,7 +318,7 @@ impl Shared {
             }
         }
         let watermarks = lock(&self.watermarks);
-        for watermark in watermarks.iter().filter_map(Weak::upgrade) {
+        for watermark in &watermarks.open {
             for (figure, value) in pushed {
                 if let Some(value) = value {
                     raise(&watermark.peaks[figure], value.min(ABSENT - 1));
@@ -259,12 +342,17 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// How long stopping waits for the sampler thread.
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
 /// The sampler thread and the state it publishes.
 #[derive(Debug)]
 pub(crate) struct Sampler {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Receives when the thread has finished.
+    done: std::sync::mpsc::Receiver<()>,
 }
 
 impl Sampler {
@@ -287,16 +375,21 @@ impl Sampler {
         let mut ticker = Ticker::new(source, Arc::clone(&shared), observers);
         ticker.tick();
         let stop = Arc::new(AtomicBool::new(false));
+        let (finished, done) = std::sync::mpsc::sync_channel(1);
         let thread = {
             let stop = Arc::clone(&stop);
             std::thread::Builder::new()
                 .name("gpuspan-sampler".into())
-                .spawn(move || ticker.run(interval, &stop))?
+                .spawn(move || {
+                    ticker.run(interval, &stop);
+                    let _ = finished.send(());
+                })?
         };
         Ok(Self {
             shared,
             stop,
             thread: Some(thread),
+            done,
         })
     }
 
@@ -305,11 +398,17 @@ impl Sampler {
     }
 
     /// Stops the thread and waits for it.
+    /// Stops the thread and waits for it, at most `STOP_WAIT`: a driver call that hangs
+    /// (a GPU that fell off the bus) must not hang the program's exit. The thread is then
+    /// left to end on its own.
     pub(crate) fn stop(&mut self) {
+        self.shared.close();
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             thread.thread().unpark();
-            let _ = thread.join();
+            if self.done.recv_timeout(STOP_WAIT).is_ok() {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -395,8 +494,8 @@ impl Ticker {
             }
         }
         shared.failing.store(failing, Ordering::Relaxed);
-        for window in shared.peak_windows.iter() {
-            for (device, peak) in window.iter().enumerate() {
+        for window in lock(&shared.peak_windows).iter() {
+            for (device, peak) in window.0.iter().enumerate() {
                 let value = self.figures[figure::DEVICE0 + device];
                 if value != ABSENT {
                     raise(peak, value);
@@ -405,12 +504,16 @@ impl Ticker {
         }
         {
             let mut watermarks = lock(&shared.watermarks);
-            watermarks.retain(|weak| match weak.upgrade() {
-                Some(watermark) => {
+            let Watermarks { open, free } = &mut *watermarks;
+            open.retain(|watermark| {
+                if watermark.open.load(Ordering::Acquire) {
                     watermark.raise(&self.figures, failing);
-                    true
+                    return true;
                 }
-                None => false,
+                if free.len() < FREE_WATERMARKS {
+                    free.push(Arc::clone(watermark));
+                }
+                false
             });
         }
         shared.ticks.fetch_add(1, Ordering::Relaxed);
@@ -428,7 +531,7 @@ impl Ticker {
             *slot = present(self.figures[figure::DEVICE0 + i]);
         }
         for (i, slot) in self.tick_totals.iter_mut().enumerate() {
-            *slot = present(shared.total(i));
+            *slot = shared.total(i);
         }
         let tick = Tick {
             unix_nanos: crate::runlog::unix_nanos(std::time::SystemTime::now()),
@@ -436,8 +539,8 @@ impl Ticker {
             totals: &self.tick_totals,
             process_gpu: present(self.figures[figure::PROCESS_GPU]),
             host_rss: present(self.figures[figure::HOST_RSS]),
-            allocated: present(shared.latest(figure::ALLOCATED)),
-            reserved: present(shared.latest(figure::RESERVED)),
+            allocated: shared.latest(figure::ALLOCATED),
+            reserved: shared.latest(figure::RESERVED),
         };
         for observer in &mut self.observers {
             observer.on_tick(&tick);

@@ -1,31 +1,18 @@
 //! The guard returned by `epoch_span!`, `step_span!` and `memory_span!`: it keeps the span
-//! entered and, when dropped, records the memory attributes on it before it closes.
+//! entered and, when dropped, measures the span's memory ([`SpanFigures`]) before it closes.
+//!
+//! The figures leave by one route: recorded as the span's tracing fields for every
+//! subscriber, and handed with the closing span to the export thread, which makes them OTel
+//! attributes (see `layer.rs`). The training thread copies a few atomics and nothing more.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
-use opentelemetry::trace::{Status, TraceContextExt};
-use opentelemetry::KeyValue;
+use opentelemetry::{Key, KeyValue};
 use tracing::field::{Field, Value};
 use tracing::span::EnteredSpan;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::layer::{current, LayerState};
-use crate::runlog::{EpochSummary, Memory};
-use crate::sampler::{figure, Watermark, ABSENT};
-
-/// What a span stands for, which decides the duration histogram it feeds.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanRole {
-    /// `epoch_span!` with its index: feeds `ml.epoch.duration` and the run's summary.
-    Epoch(i64),
-    /// `step_span!`: feeds `ml.step.duration`.
-    Step,
-    /// `memory_span!`: memory attributes only.
-    Other,
-}
+use crate::sampler::{figure, Shared, Watermark};
 
 /// The memory fields of one macro call site, looked up by name once and reused, so a
 /// closing span records all of them in a single `record_all` call.
@@ -100,51 +87,44 @@ impl MemoryFields {
 #[must_use = "the span closes (and records its memory) when this guard is dropped"]
 #[derive(Debug)]
 pub struct MemorySpan {
-    // Declared first so memory is recorded in `drop` while the span is still open; the
-    // span closes when this field is dropped, after `drop` returns.
     tracking: Option<Tracking>,
-    span: EnteredSpan,
+    /// Taken in `drop`, after the figures are recorded, so the span closes then.
+    span: Option<EnteredSpan>,
 }
 
 #[derive(Debug)]
 struct Tracking {
     fields: &'static MemoryFields,
-    /// Steps closed in this subscriber when the span opened, to count an epoch's steps.
-    steps_at_open: u64,
     state: Arc<LayerState>,
     watermark: Arc<Watermark>,
-    role: SpanRole,
-    opened: Instant,
 }
 
 impl MemorySpan {
     /// Enters `span` and starts tracking memory for it. Used by the macros.
     #[doc(hidden)]
-    pub fn enter(span: tracing::Span, role: SpanRole, fields: &'static FieldCache) -> Self {
+    pub fn enter(span: tracing::Span, fields: &'static FieldCache) -> Self {
         let tracking = if span.is_disabled() {
             None
         } else {
-            match (current(), fields.get(&span)) {
-                (Some(state), Some(fields)) => Some(Tracking {
-                    fields,
-                    steps_at_open: state.steps_closed.load(Ordering::Relaxed),
-                    watermark: state.shared.open_watermark(),
+            current().and_then(|state| {
+                Some(Tracking {
+                    fields: fields.get(&span)?,
+                    watermark: state.shared.open_watermark()?,
                     state,
-                    role,
-                    opened: Instant::now(),
-                }),
-                _ => None,
-            }
+                })
+            })
         };
         Self {
             tracking,
-            span: span.entered(),
+            span: Some(span.entered()),
         }
     }
 
     /// The underlying tracing span, to record more fields or to pass as a parent.
     pub fn span(&self) -> &tracing::Span {
-        &self.span
+        static NONE: std::sync::LazyLock<tracing::Span> =
+            std::sync::LazyLock::new(tracing::Span::none);
+        self.span.as_deref().unwrap_or(&NONE)
     }
 
     /// Memory now and the highest so far in this span, from the sampler's latest reading
@@ -153,21 +133,16 @@ impl MemorySpan {
         let tracking = self.tracking.as_ref()?;
         let shared = &*tracking.state.shared;
         let watermark = &*tracking.watermark;
-        let now = |figure: usize| present(shared.latest(figure));
         let peak = |figure: usize| {
-            [
-                watermark.peak(figure),
-                shared.latest(figure),
-                watermark.start[figure],
-            ]
-            .into_iter()
-            .filter(|&v| v != ABSENT)
-            .max()
+            [watermark.peak(figure), shared.latest(figure)]
+                .into_iter()
+                .flatten()
+                .max()
         };
         Some(SpanMemory {
-            gpu_used: now(figure::GPU_USED),
+            gpu_used: shared.latest(figure::GPU_USED),
             gpu_peak: peak(figure::GPU_USED),
-            host_resident: now(figure::HOST_RSS),
+            host_resident: shared.latest(figure::HOST_RSS),
             host_peak: peak(figure::HOST_RSS),
         })
     }
@@ -187,43 +162,150 @@ pub struct SpanMemory {
     pub host_peak: Option<u64>,
 }
 
-fn present(value: u64) -> Option<u64> {
-    (value != ABSENT).then_some(value)
-}
-
 impl Drop for MemorySpan {
     fn drop(&mut self) {
-        if let Some(tracking) = self.tracking.take() {
-            tracking.finish(&self.span);
+        let Some(span) = self.span.take() else { return };
+        match self.tracking.take() {
+            Some(tracking) => {
+                let figures = SpanFigures::measure(&tracking.state.shared, &tracking.watermark);
+                tracking.watermark.close();
+                figures.record_fields(tracking.fields, &span);
+                crate::layer::hand_over(span, Box::new(figures));
+            }
+            None => drop(span),
         }
     }
 }
 
-impl Tracking {
-    fn finish(self, span: &tracing::Span) {
-        let shared = &*self.state.shared;
-        let watermark = &*self.watermark;
-        let figures = Figures { shared, watermark };
-        let fields = self.fields;
+/// Start, end and peak of one figure over a span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Triple {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) peak: u64,
+}
 
+/// One device's figures over a span; a device lost meanwhile has no end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct DeviceTriple {
+    pub(crate) start: Option<u64>,
+    pub(crate) end: Option<u64>,
+    pub(crate) peak: Option<u64>,
+}
+
+/// A closed span's memory, typed: `None` is "not measured", never zero. Made on the
+/// training thread from the sampler's atomics; turned into OTel attributes on the export
+/// thread by [`SpanFigures::attributes`], the one conversion to wire values.
+#[derive(Debug)]
+pub(crate) struct SpanFigures {
+    pub(crate) gpu: Option<Triple>,
+    pub(crate) process_gpu: Option<Triple>,
+    pub(crate) host: Option<Triple>,
+    pub(crate) allocated_peak: Option<u64>,
+    pub(crate) reserved_peak: Option<u64>,
+    /// Per device, only with more than one device in scope.
+    pub(crate) devices: Vec<DeviceTriple>,
+    pub(crate) samples: u64,
+    /// Why the span failed: devices lost while it was open, or a panic.
+    pub(crate) error: Option<String>,
+    /// Source name and attribute keys.
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl SpanFigures {
+    /// Reads the span's figures: start from the watermark, end from the latest reading,
+    /// peak the highest of both and every sample between.
+    fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> Self {
+        let triple = |figure: usize| {
+            let (start, end) = (watermark.start(figure)?, shared.latest(figure)?);
+            let peak = watermark.peak(figure).unwrap_or(start).max(start).max(end);
+            Some(Triple { start, end, peak })
+        };
         // Sums whose start and end cover different devices (one fell off meanwhile) would
         // read as memory freed or taken: leave them out.
-        let same_devices = watermark.start_failing == shared.failing();
-        let sum = |figure| figures.get(figure).filter(|_| same_devices);
-        let [gpu_start, gpu_end, gpu_peak, gpu_delta] = match sum(figure::GPU_USED) {
-            Some((start, end, peak)) => {
-                let (start, end) = (bytes(start), bytes(end));
-                [Some(start), Some(end), Some(bytes(peak)), Some(end - start)]
-            }
-            None => [None; 4],
+        let same_devices = watermark.start_failing() == shared.failing();
+        let sum = |figure: usize| triple(figure).filter(|_| same_devices);
+        let devices = if shared.devices().len() > 1 {
+            (0..shared.devices().len())
+                .map(|i| {
+                    let figure = figure::DEVICE0 + i;
+                    match triple(figure) {
+                        Some(t) => DeviceTriple {
+                            start: Some(t.start),
+                            end: Some(t.end),
+                            peak: Some(t.peak),
+                        },
+                        None => DeviceTriple {
+                            start: watermark.start(figure),
+                            end: None,
+                            peak: watermark
+                                .start(figure)
+                                .map(|start| watermark.peak(figure).unwrap_or(start).max(start)),
+                        },
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
         };
-        let [process_start, process_end, process_peak] = triple(sum(figure::PROCESS_GPU));
-        let [host_start, host_end, host_peak] = triple(figures.get(figure::HOST_RSS));
-        let allocated = figures.pushed_peak(figure::ALLOCATED).map(bytes);
-        let reserved = figures.pushed_peak(figure::RESERVED).map(bytes);
-        let imbalance = self.record_devices(span);
-        let source = shared.source_name();
-        let samples = bytes(watermark.samples());
+        let errors = watermark.errors();
+        let error = if std::thread::panicking() {
+            Some("panicked while the span was open".to_owned())
+        } else {
+            (errors != 0).then(|| shared.describe_errors(errors))
+        };
+        Self {
+            gpu: sum(figure::GPU_USED),
+            process_gpu: sum(figure::PROCESS_GPU),
+            host: triple(figure::HOST_RSS),
+            allocated_peak: watermark.peak(figure::ALLOCATED),
+            reserved_peak: watermark.peak(figure::RESERVED),
+            devices,
+            samples: watermark.samples(),
+            error,
+            shared: Arc::clone(shared),
+        }
+    }
+
+    /// `gpu.memory.imbalance`: (max - min) / max of the device peaks, when every one of
+    /// at least two devices has a peak.
+    pub(crate) fn imbalance(&self) -> Option<f64> {
+        if self.devices.len() < 2 {
+            return None;
+        }
+        let mut peaks = self.devices.iter().map(|d| d.peak);
+        let first = peaks.next()??;
+        let (mut low, mut high) = (first, first);
+        for peak in peaks {
+            let peak = peak?;
+            low = low.min(peak);
+            high = high.max(peak);
+        }
+        if self.devices.iter().any(|d| d.end.is_none()) || high == 0 {
+            return None;
+        }
+        Some((high - low) as f64 / high as f64)
+    }
+
+    /// Records the figures as the span's tracing fields, for every subscriber but the OTel
+    /// layer (which gets them from the export thread).
+    fn record_fields(&self, fields: &MemoryFields, span: &tracing::Span) {
+        let Some(metadata) = span.metadata() else {
+            return;
+        };
+        let ints = |t: Option<Triple>| match t {
+            Some(t) => [Some(int(t.start)), Some(int(t.end)), Some(int(t.peak))],
+            None => [None; 3],
+        };
+        let [gpu_start, gpu_end, gpu_peak] = ints(self.gpu);
+        let gpu_delta = self.gpu.map(delta);
+        let [process_start, process_end, process_peak] = ints(self.process_gpu);
+        let [host_start, host_end, host_peak] = ints(self.host);
+        let allocated = self.allocated_peak.map(int);
+        let reserved = self.reserved_peak.map(int);
+        let imbalance = self.imbalance();
+        let source = self.shared.source_name();
+        let samples = int(self.samples);
         let values = [
             (&fields.gpu[0], value(&gpu_start)),
             (&fields.gpu[1], value(&gpu_end)),
@@ -241,158 +323,84 @@ impl Tracking {
             (&fields.source, Some(&source as &dyn Value)),
             (&fields.samples, Some(&samples as &dyn Value)),
         ];
-        if let Some(metadata) = span.metadata() {
+        crate::layer::record_memory_fields(|| {
             span.record_all(&metadata.fields().value_set(&values));
-        }
-
-        let errors = watermark.errors();
-        let error = if std::thread::panicking() {
-            Some("panicked while the span was open".to_owned())
-        } else {
-            (errors != 0).then(|| shared.describe_errors(errors))
-        };
-        if let Some(message) = &error {
-            span.set_status(Status::error(message.clone()));
-        }
-
-        let seconds = self.opened.elapsed().as_secs_f64();
-        let state = &*self.state;
-        match self.role {
-            SpanRole::Step => {
-                state.steps_closed.fetch_add(1, Ordering::Relaxed);
-                for histogram in &state.step_duration {
-                    histogram.record(seconds, &[]);
-                }
-            }
-            SpanRole::Epoch(epoch) => {
-                for histogram in &state.epoch_duration {
-                    histogram.record(seconds, &[]);
-                }
-                let memory = |[start, end, peak]: [Option<i64>; 3]| {
-                    Some(Memory {
-                        start: start?,
-                        peak: peak?,
-                        end: end?,
-                    })
-                };
-                let row = EpochSummary {
-                    epoch,
-                    seconds,
-                    steps: (state.steps_closed.load(Ordering::Relaxed) - self.steps_at_open)
-                        as usize,
-                    gpu: memory([gpu_start, gpu_end, gpu_peak]),
-                    process_gpu_peak: process_peak,
-                    host: memory([host_start, host_end, host_peak]),
-                    error,
-                };
-                if let Ok(mut epochs) = state.epochs.lock() {
-                    epochs.push(row);
-                }
-            }
-            SpanRole::Other => {}
-        }
+        });
     }
 
-    /// With several devices in scope, records `gpu.<i>.memory.*` on the OTel span and
-    /// returns the imbalance of the per-device peaks.
-    fn record_devices(&self, span: &tracing::Span) -> Option<f64> {
-        let shared = &*self.state.shared;
-        let figures = Figures {
-            shared,
-            watermark: &self.watermark,
-        };
-        let devices = shared.devices();
-        if devices.len() < 2 {
-            return None;
-        }
-        let (mut lowest_peak, mut highest_peak) = (u64::MAX, 0u64);
-        let mut attributes = Vec::with_capacity(devices.len() * 3);
-        let mut complete = true;
-        for i in 0..devices.len() {
-            let figure = figure::DEVICE0 + i;
-            let [start_key, end_key, peak_key] = shared.device_keys(i);
-            match figures.get(figure) {
-                Some((start, end, peak)) => {
-                    attributes.push(KeyValue::new(start_key.clone(), bytes(start)));
-                    attributes.push(KeyValue::new(end_key.clone(), bytes(end)));
-                    attributes.push(KeyValue::new(peak_key.clone(), bytes(peak)));
-                    lowest_peak = lowest_peak.min(peak);
-                    highest_peak = highest_peak.max(peak);
-                }
-                None => {
-                    // A device lost while the span was open: what was measured before it
-                    // fell off is still true; there is no end to report.
-                    complete = false;
-                    if let Some((start, peak)) = figures.start_and_peak(figure) {
-                        attributes.push(KeyValue::new(start_key.clone(), bytes(start)));
-                        attributes.push(KeyValue::new(peak_key.clone(), bytes(peak)));
-                    }
-                }
+    /// The OTel attributes: the same figures as the tracing fields, plus the per-device
+    /// ones. Runs on the export thread.
+    pub(crate) fn attributes(&self, out: &mut Vec<KeyValue>) {
+        out.reserve(16 + self.devices.len() * 3);
+        let mut triple = |keys: &[&'static str; 3], t: Option<Triple>| {
+            if let Some(t) = t {
+                out.push(KeyValue::new(keys[0], int(t.start)));
+                out.push(KeyValue::new(keys[1], int(t.end)));
+                out.push(KeyValue::new(keys[2], int(t.peak)));
             }
+        };
+        triple(
+            &["gpu.memory.start", "gpu.memory.end", "gpu.memory.peak"],
+            self.gpu,
+        );
+        triple(
+            &[
+                "gpu.process.memory.start",
+                "gpu.process.memory.end",
+                "gpu.process.memory.peak",
+            ],
+            self.process_gpu,
+        );
+        triple(
+            &[
+                "process.memory.start",
+                "process.memory.end",
+                "process.memory.peak",
+            ],
+            self.host,
+        );
+        if let Some(gpu) = self.gpu {
+            out.push(KeyValue::new("gpu.memory.delta", delta(gpu)));
         }
-        // One call onto the OTel span, rather than a subscriber lookup per attribute.
-        span.context().span().set_attributes(attributes);
-        // With every device's peak known (at least two of them), the imbalance of the peaks.
-        (complete && highest_peak > 0)
-            .then(|| (highest_peak - lowest_peak) as f64 / highest_peak as f64)
+        if let Some(imbalance) = self.imbalance() {
+            out.push(KeyValue::new("gpu.memory.imbalance", imbalance));
+        }
+        if let Some(peak) = self.allocated_peak {
+            out.push(KeyValue::new("gpu.allocator.allocated.peak", int(peak)));
+        }
+        if let Some(peak) = self.reserved_peak {
+            out.push(KeyValue::new("gpu.allocator.reserved.peak", int(peak)));
+        }
+        out.push(KeyValue::new(
+            "gpu.memory.source",
+            self.shared.source_name().to_owned(),
+        ));
+        out.push(KeyValue::new("gpu.memory.samples", int(self.samples)));
+        for (i, device) in self.devices.iter().enumerate() {
+            let [start_key, end_key, peak_key] = self.shared.device_keys(i);
+            let mut push = |key: &Key, v: Option<u64>| {
+                if let Some(v) = v {
+                    out.push(KeyValue::new(key.clone(), int(v)));
+                }
+            };
+            push(start_key, device.start);
+            push(end_key, device.end);
+            push(peak_key, device.peak);
+        }
     }
 }
 
-fn triple(figure: Option<(u64, u64, u64)>) -> [Option<i64>; 3] {
-    match figure {
-        Some((start, end, peak)) => [Some(bytes(start)), Some(bytes(end)), Some(bytes(peak))],
-        None => [None; 3],
-    }
+/// A byte count as an OTel integer: i64, saturating (tracing-opentelemetry would turn a
+/// u64 into a string). The one conversion from a reading to a wire value.
+pub(crate) fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// End minus start, as a signed byte count.
+fn delta(t: Triple) -> i64 {
+    int(t.end).saturating_sub(int(t.start))
 }
 
 fn value<T: Value>(v: &Option<T>) -> Option<&dyn Value> {
     v.as_ref().map(|v| v as &dyn Value)
-}
-
-/// Start, end and peak of one figure over a span.
-struct Figures<'a> {
-    shared: &'a crate::sampler::Shared,
-    watermark: &'a Watermark,
-}
-
-impl Figures<'_> {
-    /// A sampled figure: `None` unless it was measured at both ends of the span.
-    fn get(&self, figure: usize) -> Option<(u64, u64, u64)> {
-        let start = self.watermark.start[figure];
-        let end = self.shared.latest(figure);
-        if start == ABSENT || end == ABSENT {
-            return None;
-        }
-        let peak = match self.watermark.peak(figure) {
-            ABSENT => start.max(end),
-            peak => peak.max(start).max(end),
-        };
-        Some((start, end, peak))
-    }
-
-    /// Start and peak of a figure whose end was not measured.
-    fn start_and_peak(&self, figure: usize) -> Option<(u64, u64)> {
-        let start = self.watermark.start[figure];
-        if start == ABSENT {
-            return None;
-        }
-        match self.watermark.peak(figure) {
-            ABSENT => Some((start, start)),
-            peak => Some((start, peak.max(start))),
-        }
-    }
-
-    /// A pushed counter: the highest value pushed while the span was open, or the value
-    /// standing when it opened. `None` if nothing was ever pushed.
-    fn pushed_peak(&self, figure: usize) -> Option<u64> {
-        match self.watermark.peak(figure) {
-            ABSENT => None,
-            peak => Some(peak),
-        }
-    }
-}
-
-/// Byte counts are OTel integers: i64 (tracing-opentelemetry turns a u64 into a string).
-fn bytes(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
 }

@@ -2,7 +2,7 @@
 //! the spans open meanwhile an error status naming it, while the other devices keep their
 //! per-device attributes and metric series, and nothing panics.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

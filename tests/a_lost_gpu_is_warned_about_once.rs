@@ -2,7 +2,7 @@
 //! error, not once per sample, while the run goes on and the other device keeps reporting.
 //! (Standard error is the `train` example's, run as a separate process.)
 
-mod support;
+use gpuspan_test_support as support;
 
 use support::example::{int, read_spans, run_train};
 use support::fake_nvml::FakeNvml;

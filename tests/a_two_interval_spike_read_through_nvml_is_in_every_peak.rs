@@ -7,7 +7,7 @@
 //! two intervals behind. Such runs are listed, not silently passed, and too many of them
 //! fail the test as "too busy to judge".
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! spans open at the time as `gpu.allocator.allocated.peak` / `.reserved.peak`, including a
 //! value pushed and replaced between two sampler readings.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

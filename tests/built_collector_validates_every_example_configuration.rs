@@ -4,7 +4,7 @@
 //! setting and every processor statement valid. A configuration with a broken transform
 //! statement is refused, naming it, so the check is not vacuous.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -4,7 +4,7 @@
 //! the service and every one the service uses is declared; the compose stack publishes only
 //! on loopback and mounts files that exist; Prometheus's own checker accepts its config.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! SIGINT or SIGTERM in the middle of a run: the spans completed before the signal are in
 //! the run directory, and the signal still ends the process.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! Completed spans are exported when the telemetry is shut down, dropped without shutdown,
 //! or dropped while a panic unwinds out of an epoch.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! The environment is process-wide: every test here builds inside `temp_env`, which
 //! serialises them.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

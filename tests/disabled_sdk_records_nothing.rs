@@ -1,7 +1,7 @@
 //! `OTEL_SDK_DISABLED=true` starts no thread, writes no file, sends nothing, and the macros
 //! still compile and run.
 
-mod support;
+use gpuspan_test_support as support;
 
 use support::receiver::Receiver;
 

@@ -2,7 +2,7 @@
 //! the hardware semantic conventions' attributes), and spans carry the sums over the
 //! devices, each device's own figures and the imbalance between them.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

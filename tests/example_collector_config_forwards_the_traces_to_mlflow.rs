@@ -4,7 +4,7 @@
 //! MLFLOW_EXPERIMENT_ID), which gives back one trace per epoch with the steps under their
 //! epoch and the memory attributes as integers equal to the fake GPU's figure.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 
@@ -36,7 +36,6 @@ fn one_mlflow_trace_per_epoch_with_its_steps_and_integer_memory() {
             ("MLFLOW_TRACES_ENDPOINT", &mlflow.traces_url()),
             ("MLFLOW_EXPERIMENT_ID", &experiment),
         ],
-        &["otlp/jaeger", "otlp/tempo"],
     );
 
     let fake = FakeNvml::build();

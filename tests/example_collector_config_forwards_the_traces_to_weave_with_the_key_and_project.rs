@@ -4,7 +4,7 @@
 //! example there with the API key and project headers from the environment and the
 //! wandb.entity / wandb.project resource attributes that route them to the project.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 
@@ -34,7 +34,6 @@ fn every_span_arrives_with_the_key_the_project_and_integer_memory() {
             ("WANDB_ENTITY", "gpu-team"),
             ("WANDB_PROJECT", "resnet"),
         ],
-        &["otlp/jaeger", "otlp/tempo", "otlphttp/weave"],
     );
 
     let fake = FakeNvml::build();

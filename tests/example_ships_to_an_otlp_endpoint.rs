@@ -1,7 +1,7 @@
 //! The `train` example, a program that uses exactly the snippet of the README, ships its
 //! epoch and step spans over OTLP when an endpoint is set, over gRPC and over HTTP.
 
-mod support;
+use gpuspan_test_support as support;
 
 use support::example::run_train;
 use support::fake_nvml::FakeNvml;

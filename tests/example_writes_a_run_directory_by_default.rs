@@ -1,7 +1,7 @@
 //! The main job: `train` with no collector writes OTLP/JSON files into the run directory and
 //! prints a per-epoch table; with the fake NVML it shows GPU columns.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! The fake `libnvidia-ml.so.1` in `tests/fake_nvml` answers the real
 //! `nvml-wrapper` with exactly the state its control functions set.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

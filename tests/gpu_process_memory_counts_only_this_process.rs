@@ -3,7 +3,7 @@
 //! and where the driver cannot tell (query not supported, symbols missing, figure not
 //! available) the attributes are absent, not zero, while device memory is still recorded.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

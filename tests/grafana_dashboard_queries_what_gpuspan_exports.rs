@@ -4,7 +4,7 @@
 //! or from the collector's transform, and every span attribute its TraceQL selects is on
 //! gpuspan's epoch or step spans.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

@@ -1,7 +1,7 @@
 //! `gpuspan::init()` installs the global subscriber from the environment; a second install
 //! is an error that says what to do, not a panic.
 
-mod support;
+use gpuspan_test_support as support;
 
 use support::receiver::Receiver;
 

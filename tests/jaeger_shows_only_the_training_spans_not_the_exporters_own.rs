@@ -5,7 +5,7 @@
 //! exporter opens `tracing` spans of its own on the export thread, such as
 //! `FramedRead::decode_frame`; they must not be recorded as the program's spans.)
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -30,7 +30,6 @@ fn every_span_of_the_service_is_an_epoch_or_a_step() {
         &jaeger.otlp_endpoint(),
         &tempo_endpoint,
         &[],
-        &["otlp/tempo"],
     );
     let out = run_train(
         &[

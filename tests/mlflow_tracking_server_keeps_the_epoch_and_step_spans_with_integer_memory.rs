@@ -3,7 +3,7 @@
 //! per-signal OTel variables) and gives them back through its REST API: one trace per epoch,
 //! the steps under their epoch, the memory attributes still integers, the run id as a tag.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::collections::BTreeMap;
 use std::process::Command;

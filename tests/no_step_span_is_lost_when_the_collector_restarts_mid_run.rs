@@ -4,7 +4,7 @@
 //! (by its PID) for 2 s and started again on the same ports while training goes on. Jaeger
 //! ends up with every epoch and step span, and the example exits without reporting a loss.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::fs::File;
 use std::process::{Child, ExitStatus};
@@ -68,7 +68,6 @@ fn every_epoch_and_step_reaches_jaeger_and_no_loss_is_reported() {
         &jaeger.otlp_endpoint(),
         &tempo_endpoint,
         &[],
-        &["otlp/tempo"],
     );
 
     let fake = FakeNvml::build();

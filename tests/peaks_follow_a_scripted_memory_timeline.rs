@@ -1,6 +1,6 @@
 //! A scripted memory source plays known values; the spans' start, end and peak equal them.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

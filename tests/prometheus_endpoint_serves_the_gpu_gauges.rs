@@ -1,7 +1,7 @@
 //! The optional Prometheus endpoint serves the GPU gauges with their device labels, on
 //! loopback, and keeps its own peak window apart from the OTLP exporter's.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

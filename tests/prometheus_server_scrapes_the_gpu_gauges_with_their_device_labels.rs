@@ -2,7 +2,7 @@
 //! gauges under the names and labels the dashboard in collector/ queries, with the exact
 //! values, and keeps a spike that happened between two scrapes through gpu_memory_peak_bytes.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::net::SocketAddr;
 use std::process::Command;

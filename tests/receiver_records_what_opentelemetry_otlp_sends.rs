@@ -21,7 +21,7 @@
 //! poll of an export future runs with a dedicated multi-thread runtime
 //! entered, whatever thread the SDK polls it from.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::collections::HashMap;
 use std::future::Future;

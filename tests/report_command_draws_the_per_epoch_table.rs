@@ -2,7 +2,7 @@
 //! and says clearly what is wrong with a directory that is not a run.
 #![cfg(feature = "cli")]
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! has the epoch and step spans, each step under its epoch, the memory attributes as OTel
 //! integers with the GPU's exact value, and the GPU gauges.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Epoch and step spans with integer memory attributes, and the GPU gauges, arrive at a real
 //! OTLP receiver over both transports, with the resource and the headers that were set.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

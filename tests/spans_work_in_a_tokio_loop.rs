@@ -1,6 +1,6 @@
 //! The same macros measure steps of an async training loop on a tokio runtime.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! UUID and by UUID prefix: sums, per-device attributes and metric series cover only
 //! those, and with one device in scope there are no per-device attributes at all.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! Prometheus exporter the per-device gauges with their exact values and the run labels that
 //! the configuration's transform processor adds.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::Duration;
 
@@ -39,7 +39,6 @@ fn ship(protocol: &str) {
         &jaeger.otlp_endpoint(),
         &tempo_endpoint,
         &[],
-        &["otlp/tempo"],
     );
 
     let fake = FakeNvml::build();

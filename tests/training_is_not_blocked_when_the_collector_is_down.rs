@@ -1,7 +1,7 @@
 //! With nothing listening at the endpoint, steps keep their pace, shutdown returns within
 //! the export timeout, and the spans and points that were lost are counted and reported.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::time::{Duration, Instant};
 

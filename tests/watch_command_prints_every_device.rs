@@ -2,7 +2,7 @@
 //! plainly when there is no GPU to watch.
 #![cfg(feature = "cli")]
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::process::Command;
 

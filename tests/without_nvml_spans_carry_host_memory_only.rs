@@ -3,7 +3,7 @@
 //! say so in `gpu.memory.source` and carry host memory (`process.memory.*`) but no GPU
 //! memory attribute, and no GPU metric series is exported.
 
-mod support;
+use gpuspan_test_support as support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -109,10 +109,7 @@ fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 fn report(dir: Option<PathBuf>) -> Result<(), String> {
-    let dir = dir.unwrap_or_else(|| {
-        std::env::var_os("GPUSPAN_RUN_DIR")
-            .map_or_else(|| PathBuf::from("gpuspan-runs"), PathBuf::from)
-    });
+    let dir = dir.unwrap_or_else(runlog::default_run_root);
     for run in runs_in(&dir)? {
         let summary = runlog::read_run(&run).map_err(|e| e.to_string())?;
         println!("{}", run.display());

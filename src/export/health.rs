@@ -1,18 +1,43 @@
-//! What an exporter lost: counted on the export threads, reported once at shutdown.
+//! Exact accounting of one signal's export: every item produced ends up delivered or lost,
+//! and the reason of the last loss is kept for the shutdown report.
+//!
+//! Counting happens wherever an item's fate is decided (a full queue on the training thread,
+//! an export on the export thread); announcing the first loss happens only on export
+//! threads, through [`ExportHealth::warn_once`], so the training thread never writes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// Losses of one signal's exporter.
+/// Counts of one signal's exporter.
 #[derive(Debug)]
 pub(crate) struct ExportHealth {
     /// Where the signal goes, for messages (`http://collector:4318/v1/traces`).
     pub(crate) destination: String,
     /// What one item is (`span`, `metric point`).
     item: &'static str,
-    dropped: AtomicU64,
+    produced: AtomicU64,
+    delivered: AtomicU64,
+    lost: AtomicU64,
     last_error: Mutex<Option<String>>,
     warned: AtomicBool,
+}
+
+/// A snapshot of the counts: `delivered + lost + pending == produced`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExportCounts {
+    /// Items handed to the exporter.
+    pub produced: u64,
+    /// Items the destination accepted.
+    pub delivered: u64,
+    /// Items given up on (queue overflow, shutdown before the destination came back).
+    pub lost: u64,
+}
+
+impl ExportCounts {
+    /// Items still waiting to be delivered.
+    pub fn pending(&self) -> u64 {
+        self.produced.saturating_sub(self.delivered + self.lost)
+    }
 }
 
 impl ExportHealth {
@@ -20,26 +45,48 @@ impl ExportHealth {
         Self {
             destination,
             item,
-            dropped: AtomicU64::new(0),
+            produced: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
             last_error: Mutex::new(None),
             warned: AtomicBool::new(false),
         }
     }
 
-    /// Counts `count` items lost for `reason`; the first loss is announced once on stderr.
+    pub(crate) fn produced(&self, count: u64) {
+        self.produced.fetch_add(count, Ordering::Relaxed);
+    }
+
+    pub(crate) fn delivered(&self, count: u64) {
+        self.delivered.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// Counts `count` items lost for `reason`. Never writes anything.
     pub(crate) fn lost(&self, count: u64, reason: &str) {
         if count == 0 {
             return;
         }
-        self.dropped.fetch_add(count, Ordering::Relaxed);
+        self.lost.fetch_add(count, Ordering::Relaxed);
+        self.failed(reason);
+    }
+
+    /// Keeps the reason of a failed attempt (the items may still be retried).
+    pub(crate) fn failed(&self, reason: &str) {
         if let Ok(mut last) = self.last_error.lock() {
             *last = Some(reason.to_owned());
         }
-        if !self.warned.swap(true, Ordering::Relaxed) {
+    }
+
+    /// Announces the first loss, once, on stderr. Call from export threads only.
+    pub(crate) fn warn_once(&self) {
+        let lost = self.lost.load(Ordering::Relaxed);
+        if lost > 0 && !self.warned.swap(true, Ordering::Relaxed) {
             eprintln!(
-                "gpuspan: warning: could not export {count} {}(s) to {}: {reason}; \
-                 training goes on, and the total lost is reported at shutdown",
-                self.item, self.destination
+                "gpuspan: warning: could not export {lost} {}(s) to {}: {}; training goes on, \
+                 and the total lost is reported at shutdown",
+                self.item,
+                self.destination,
+                self.last_error().unwrap_or_else(|| "unknown".into())
             );
         }
     }
@@ -48,8 +95,16 @@ impl ExportHealth {
         self.item
     }
 
+    pub(crate) fn counts(&self) -> ExportCounts {
+        ExportCounts {
+            produced: self.produced.load(Ordering::Relaxed),
+            delivered: self.delivered.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+        }
+    }
+
     pub(crate) fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.lost.load(Ordering::Relaxed)
     }
 
     pub(crate) fn last_error(&self) -> Option<String> {

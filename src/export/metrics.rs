@@ -1,8 +1,10 @@
-//! A metric exporter wrapper: runs the inner exporter inside the export runtime and counts
-//! the data points of every export that failed.
+//! A metric exporter wrapper: runs the inner exporter inside the export runtime, retries a
+//! failed export with backoff until the next collection is due, and counts every data point
+//! as delivered or lost.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
@@ -17,6 +19,10 @@ pub(crate) struct CountingMetricExporter<E> {
     inner: E,
     runtime: Option<tokio::runtime::Handle>,
     health: Arc<ExportHealth>,
+    /// How long one collection may be retried: the export interval.
+    retry_for: Duration,
+    /// Set at shutdown: one attempt, no retries.
+    stopping: Arc<AtomicBool>,
 }
 
 impl<E> CountingMetricExporter<E> {
@@ -24,11 +30,15 @@ impl<E> CountingMetricExporter<E> {
         inner: E,
         runtime: Option<tokio::runtime::Handle>,
         health: Arc<ExportHealth>,
+        retry_for: Duration,
+        stopping: Arc<AtomicBool>,
     ) -> Self {
         Self {
             inner,
             runtime,
             health,
+            retry_for,
+            stopping,
         }
     }
 }
@@ -40,10 +50,30 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingMetricExporter<E> {
     ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
         // The periodic reader blocks on this future on its own thread: export right here,
         // inside the runtime, so the inner exporter has the reactor it needs.
-        let result = super::block_on(self.runtime.as_ref(), self.inner.export(metrics));
-        if let Err(error) = &result {
-            self.health.lost(count_points(metrics), &error.to_string());
-        }
+        let points = count_points(metrics);
+        self.health.produced(points);
+        let give_up = Instant::now() + self.retry_for;
+        let mut backoff = Duration::from_millis(100);
+        let result = loop {
+            let result = super::block_on(self.runtime.as_ref(), self.inner.export(metrics));
+            match &result {
+                Ok(()) => {
+                    self.health.delivered(points);
+                    break result;
+                }
+                Err(error) => {
+                    let next = Instant::now() + backoff;
+                    if self.stopping.load(Ordering::Relaxed) || next >= give_up {
+                        self.health.lost(points, &error.to_string());
+                        break result;
+                    }
+                    self.health.failed(&error.to_string());
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        self.health.warn_once();
         std::future::ready(result)
     }
 

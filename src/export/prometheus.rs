@@ -1,24 +1,46 @@
-//! A Prometheus scrape endpoint (`GET /metrics`) served by a small thread of its own, from
-//! a meter provider of its own, so scrapes and OTLP exports keep separate peak windows.
+//! A Prometheus scrape endpoint (`GET /metrics`) served by hyper on a small tokio runtime of
+//! its own thread, from a meter provider of its own, so scrapes and OTLP exports keep separate
+//! peak windows.
+//!
+//! Every connection is a task of its own with limits on its size and time, so a client that
+//! sends half a request, sends too much, or reads its answer slowly delays nobody else.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use http_body_util::Full;
+use hyper::body::{Body as _, Bytes, Incoming};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::Resource;
+use tokio::sync::{oneshot, Semaphore};
 
 use crate::error::InitError;
 
-/// The running endpoint. Dropping it stops the thread.
+/// A client has this long to send its request line and headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// A connection is cut after this long, whatever it is doing (a client that reads slowly).
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Request line and headers larger than this get `431`; hyper's smallest allowed buffer.
+const MAX_HEAD_BYTES: usize = 8 * 1024;
+/// A scrape is a `GET`: a request announcing a larger body gets `413` unread.
+const MAX_BODY_BYTES: u64 = 1024;
+/// Connections served at once; further ones are closed as soon as they are accepted.
+const MAX_CONNECTIONS: usize = 64;
+
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The running endpoint. Dropping it stops the server thread.
 #[derive(Debug)]
 pub(crate) struct PrometheusEndpoint {
     addr: SocketAddr,
     pub(crate) provider: SdkMeterProvider,
-    stop: Arc<AtomicBool>,
+    stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -37,25 +59,38 @@ impl PrometheusEndpoint {
             ))
         })?;
         let bound = listener.local_addr().map_err(|e| failed(e.to_string()))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| failed(e.to_string()))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| failed(format!("cannot start its tokio runtime: {e}")))?;
         let provider = SdkMeterProvider::builder()
             .with_resource(resource)
             .with_reader(exporter)
             .build();
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = Arc::clone(&stop);
-            std::thread::Builder::new()
-                .name("gpuspan-prometheus".into())
-                .spawn(move || serve(&listener, &registry, &stop))
-                .map_err(|source| InitError::Thread {
-                    what: "prometheus",
-                    source,
-                })?
-        };
+        let (stop, stopped) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("gpuspan-prometheus".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::select! {
+                        () = serve(listener, Arc::new(registry)) => {}
+                        _ = stopped => {}
+                    }
+                });
+                // Dropping the runtime here cancels every open connection.
+            })
+            .map_err(|source| InitError::Thread {
+                what: "prometheus",
+                source,
+            })?;
         Ok(Self {
             addr: bound,
             provider,
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
         })
     }
@@ -66,10 +101,12 @@ impl PrometheusEndpoint {
     }
 
     pub(crate) fn stop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        if let Some(stop) = self.stop.take() {
+            // The server may have ended on its own; then nobody listens.
+            let _ = stop.send(());
+        }
         if let Some(thread) = self.thread.take() {
-            // Wake the blocking accept.
-            let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+            // Connections are cancelled, not waited for, so this join is short.
             let _ = thread.join();
         }
         let _ = self.provider.shutdown();
@@ -82,56 +119,91 @@ impl Drop for PrometheusEndpoint {
     }
 }
 
-fn serve(listener: &TcpListener, registry: &prometheus::Registry, stop: &AtomicBool) {
-    for stream in listener.incoming() {
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        if let Ok(stream) = stream {
-            let _ = answer(stream, registry);
-        }
+/// Accepts connections until the listener fails, each served by a task of its own.
+async fn serve(listener: TcpListener, registry: Arc<prometheus::Registry>) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            // Out of file descriptors and the like: pause rather than spin.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            continue; // over the limit: the stream drops, closing the connection
+        };
+        let registry = Arc::clone(&registry);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let response = answer(&request, &registry);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .max_buf_size(MAX_HEAD_BYTES)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
+            drop(slot);
+        });
     }
 }
 
-/// Answers one HTTP/1.1 request and closes the connection.
-fn answer(mut stream: TcpStream, registry: &prometheus::Registry) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let mut request = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        request.extend_from_slice(&buf[..n]);
+/// The answer to one request: the metrics for `GET /metrics` (or `/`), an error otherwise.
+fn answer(request: &Request<Incoming>, registry: &prometheus::Registry) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
+    if path != "/metrics" && path != "/" {
+        return text(StatusCode::NOT_FOUND, "gpuspan serves GET /metrics\n");
     }
-    let line = String::from_utf8_lossy(&request);
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, content_type, body) = if method == "GET" && (path == "/metrics" || path == "/") {
-        let mut body = Vec::new();
-        let encoder = prometheus::TextEncoder::new();
-        match prometheus::Encoder::encode(&encoder, &registry.gather(), &mut body) {
-            Ok(()) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body),
-            Err(e) => (
-                "500 Internal Server Error",
-                "text/plain",
-                e.to_string().into_bytes(),
-            ),
+    if request.method() != Method::GET {
+        let mut response = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "gpuspan serves GET /metrics\n",
+        );
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET"));
+        return response;
+    }
+    if request
+        .body()
+        .size_hint()
+        .upper()
+        .is_none_or(|size| size > MAX_BODY_BYTES)
+    {
+        return text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "a scrape is a GET without a body\n",
+        );
+    }
+    let mut body = Vec::new();
+    let encoder = prometheus::TextEncoder::new();
+    match prometheus::Encoder::encode(&encoder, &registry.gather(), &mut body) {
+        Ok(()) => {
+            let mut response = Response::new(Full::new(Bytes::from(body)));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(TEXT_FORMAT));
+            response
         }
-    } else {
-        (
-            "404 Not Found",
-            "text/plain",
-            b"gpuspan serves GET /metrics\n".to_vec(),
-        )
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(&body)?;
-    stream.flush()
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("encoding the metrics failed: {e}\n"),
+        ),
+    }
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
 }

@@ -1,9 +1,19 @@
-//! A bounded span queue with its own export thread.
+//! The span processor: a bounded queue, its own export thread, retry with backoff, and
+//! exact accounting.
 //!
-//! `on_end` runs on the training thread: it only pushes onto a channel, and when the queue
-//! already holds `capacity` spans it drops the span and counts it. The export thread sends
-//! batches when they are full, every `delay`, on flush and at shutdown.
+//! `on_end` runs on the training thread: it takes the span's memory figures handed over by
+//! the layer, and pushes both onto a channel. Nothing else happens there: no I/O, no lock
+//! but the channel's, no write to stderr.
+//!
+//! The export thread turns figures into attributes, passes every span through the taps
+//! (summary, durations, diagnosis, pictures), and keeps the spans that wait for the
+//! destination in one bounded buffer. A failed export keeps its spans and is retried with
+//! exponential backoff, as the OpenTelemetry Collector's queued retry does, while new spans
+//! keep arriving; past the buffer's size the oldest waiting spans are given up and counted.
+//! Every span ends up delivered or counted lost, so `delivered + lost == produced` at
+//! shutdown.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -18,30 +28,47 @@ use opentelemetry_sdk::Resource;
 use super::health::ExportHealth;
 use super::tap::SpanTap;
 use crate::runlog::SpanRecord;
+use crate::span::SpanFigures;
 
-/// Queue sizes: large enough for bursts of short steps, small enough to bound memory.
+/// Queue sizes and timings.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QueueConfig {
+    /// Spans that may wait for the destination (in the channel and in the buffer).
     pub(crate) capacity: usize,
+    /// Spans per export request.
     pub(crate) batch: usize,
+    /// Longest wait before a partial batch is sent.
     pub(crate) delay: Duration,
+    /// First retry delay; doubles up to `max_backoff`.
+    pub(crate) backoff: Duration,
+    pub(crate) max_backoff: Duration,
 }
 
 impl Default for QueueConfig {
     fn default() -> Self {
         Self {
-            capacity: 8192,
+            capacity: crate::config::DEFAULT_EXPORT_QUEUE,
             batch: 512,
-            delay: Duration::from_secs(1),
+            delay: Duration::from_millis(500),
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
         }
     }
 }
 
+/// Where a batch goes: an OTLP exporter driven by a runtime, or a local writer.
+pub(crate) enum Sink<E> {
+    /// Sends on the runtime, so the export thread keeps taking spans while it waits.
+    Remote(Arc<E>, tokio::runtime::Handle),
+    /// Writes on the export thread (a file, standard output, or nowhere).
+    Local(E),
+}
+
 enum Message {
-    Span(Box<SpanData>),
+    Span(Box<SpanData>, Option<Box<SpanFigures>>),
     Resource(Resource),
-    Flush(mpsc::SyncSender<OTelSdkResult>),
-    Shutdown(mpsc::SyncSender<OTelSdkResult>),
+    Flush(mpsc::SyncSender<OTelSdkResult>, Duration),
+    Shutdown(mpsc::SyncSender<OTelSdkResult>, Duration),
 }
 
 /// The span processor: a channel to the export thread.
@@ -53,27 +80,31 @@ pub(crate) struct QueueProcessor {
     health: Arc<ExportHealth>,
     thread: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
+    flush_timeout: Duration,
 }
 
 impl QueueProcessor {
-    /// Starts the export thread. `runtime` drives exporters that need tokio (OTLP).
+    /// Starts the export thread.
     pub(crate) fn start<E: SpanExporter + 'static>(
-        exporter: E,
-        runtime: Option<tokio::runtime::Handle>,
+        sink: Sink<E>,
         config: QueueConfig,
         health: Arc<ExportHealth>,
         taps: Vec<Box<dyn SpanTap>>,
+        flush_timeout: Duration,
     ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let mut worker = Worker {
-            exporter,
-            runtime,
+            sink,
             config,
             queued: Arc::clone(&queued),
             health: Arc::clone(&health),
-            batch: Vec::with_capacity(config.batch),
+            waiting: VecDeque::new(),
+            in_flight: None,
+            retry_at: None,
+            backoff: config.backoff,
             taps,
+            attributes: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name("gpuspan-spans".into())
@@ -85,6 +116,7 @@ impl QueueProcessor {
             health,
             thread: Mutex::new(Some(thread)),
             closed: AtomicBool::new(false),
+            flush_timeout,
         })
     }
 
@@ -97,15 +129,16 @@ impl QueueProcessor {
 
     fn request(
         &self,
-        make: impl FnOnce(mpsc::SyncSender<OTelSdkResult>) -> Message,
+        make: impl FnOnce(mpsc::SyncSender<OTelSdkResult>, Duration) -> Message,
         timeout: Duration,
     ) -> OTelSdkResult {
         let (reply, answer) = mpsc::sync_channel(1);
-        if !self.send(make(reply)) {
+        if !self.send(make(reply, timeout)) {
             return Err(OTelSdkError::AlreadyShutdown);
         }
+        // The worker answers by the deadline; the slack covers one local write.
         answer
-            .recv_timeout(timeout)
+            .recv_timeout(timeout + Duration::from_millis(500))
             .map_err(|_| OTelSdkError::Timeout(timeout))?
     }
 }
@@ -114,9 +147,11 @@ impl SpanProcessor for QueueProcessor {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
+        let figures = crate::layer::closing();
         if !span.span_context.is_sampled() {
             return;
         }
+        self.health.produced(1);
         if self.closed.load(Ordering::Relaxed) {
             self.health.lost(1, "the span ended after shutdown");
             return;
@@ -129,14 +164,14 @@ impl SpanProcessor for QueueProcessor {
             );
             return;
         }
-        if !self.send(Message::Span(Box::new(span))) {
+        if !self.send(Message::Span(Box::new(span), figures)) {
             self.queued.fetch_sub(1, Ordering::Relaxed);
             self.health.lost(1, "the export thread has stopped");
         }
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.request(Message::Flush, Duration::from_secs(30))
+        self.request(Message::Flush, self.flush_timeout)
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
@@ -160,94 +195,270 @@ impl SpanProcessor for QueueProcessor {
     }
 }
 
+/// An export in progress: the first `count` waiting spans, sent as copies.
+struct InFlight {
+    count: usize,
+    result: tokio::task::JoinHandle<OTelSdkResult>,
+}
+
+/// A flush or shutdown waiting for the buffer to empty.
+struct Drain {
+    reply: mpsc::SyncSender<OTelSdkResult>,
+    deadline: Instant,
+    shutdown: bool,
+}
+
 /// The export thread's state.
 struct Worker<E> {
-    exporter: E,
-    runtime: Option<tokio::runtime::Handle>,
+    sink: Sink<E>,
     config: QueueConfig,
     queued: Arc<AtomicUsize>,
     health: Arc<ExportHealth>,
-    batch: Vec<SpanData>,
+    /// Spans received and not yet delivered, oldest first.
+    waiting: VecDeque<SpanData>,
+    in_flight: Option<InFlight>,
+    /// After a failed export: no new attempt before this.
+    retry_at: Option<Instant>,
+    backoff: Duration,
     taps: Vec<Box<dyn SpanTap>>,
+    attributes: Vec<opentelemetry::KeyValue>,
 }
 
-impl<E: SpanExporter> Worker<E> {
-    /// Queues one span for export, after every tap has seen it.
-    fn accept(&mut self, mut span: SpanData) {
+/// How often the worker looks at an export in progress.
+const POLL: Duration = Duration::from_millis(2);
+
+impl<E: SpanExporter + 'static> Worker<E> {
+    fn run(&mut self, receiver: &mpsc::Receiver<Message>) {
+        let mut deadline = Instant::now() + self.config.delay;
+        let mut drain: Option<Drain> = None;
+        loop {
+            let now = Instant::now();
+            let wait = if self.in_flight.is_some() || drain.is_some() {
+                POLL
+            } else {
+                let until = match self.retry_at {
+                    Some(retry) if !self.waiting.is_empty() => retry,
+                    _ => deadline,
+                };
+                until.saturating_duration_since(now).max(POLL)
+            };
+            match receiver.recv_timeout(wait) {
+                Ok(message) => {
+                    self.handle(message, &mut drain);
+                    // Take what else is queued before looking at exports.
+                    while let Ok(message) = receiver.try_recv() {
+                        self.handle(message, &mut drain);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) if drain.is_none() => {
+                    // The processor was dropped without a shutdown: deliver what can be
+                    // delivered in a short while, then stop.
+                    drain = Some(Drain {
+                        reply: mpsc::sync_channel(1).0,
+                        deadline: Instant::now() + Duration::from_secs(1),
+                        shutdown: true,
+                    });
+                }
+                Err(RecvTimeoutError::Disconnected) => {}
+            }
+            self.poll_in_flight();
+            let now = Instant::now();
+            let due = now >= deadline || drain.is_some();
+            if self.waiting.len() >= self.config.batch || (due && !self.waiting.is_empty()) {
+                self.try_export(now);
+            }
+            if now >= deadline {
+                deadline = now + self.config.delay;
+            }
+            self.health.warn_once();
+            if let Some(current) = drain.take() {
+                if current.deadline <= now || (self.waiting.is_empty() && self.in_flight.is_none())
+                {
+                    if self.finish(current) {
+                        // Spans that ended while shutting down: counted, not dropped silently.
+                        let late = receiver
+                            .try_iter()
+                            .filter(|m| matches!(m, Message::Span(..)))
+                            .count() as u64;
+                        self.health.lost(late, "the span ended during shutdown");
+                        return;
+                    }
+                } else {
+                    drain = Some(current);
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, message: Message, drain: &mut Option<Drain>) {
+        match message {
+            Message::Span(span, figures) => {
+                self.queued.fetch_sub(1, Ordering::Relaxed);
+                self.accept(*span, figures);
+            }
+            Message::Resource(resource) => match &mut self.sink {
+                Sink::Remote(exporter, _) => {
+                    if let Some(exporter) = Arc::get_mut(exporter) {
+                        exporter.set_resource(&resource);
+                    }
+                }
+                Sink::Local(exporter) => exporter.set_resource(&resource),
+            },
+            Message::Flush(reply, timeout) | Message::Shutdown(reply, timeout)
+                if drain.is_some() =>
+            {
+                let _ = (reply, timeout);
+                // One drain at a time: the later request waits for the same outcome.
+            }
+            Message::Flush(reply, timeout) => {
+                *drain = Some(Drain {
+                    reply,
+                    deadline: Instant::now() + timeout,
+                    shutdown: false,
+                });
+                // A flush does not wait for a backoff to end.
+                self.retry_at = None;
+            }
+            Message::Shutdown(reply, timeout) => {
+                *drain = Some(Drain {
+                    reply,
+                    deadline: Instant::now() + timeout,
+                    shutdown: true,
+                });
+                self.retry_at = None;
+            }
+        }
+    }
+
+    /// Adds the span's memory attributes, shows it to every tap, and buffers it.
+    fn accept(&mut self, mut span: SpanData, figures: Option<Box<SpanFigures>>) {
+        if let Some(figures) = figures {
+            self.attributes.clear();
+            figures.attributes(&mut self.attributes);
+            span.attributes.append(&mut self.attributes);
+            if let Some(error) = &figures.error {
+                span.status = opentelemetry::trace::Status::error(error.clone());
+            }
+        }
         if !self.taps.is_empty() {
             let record = SpanRecord::from_span_data(&span);
             for tap in &mut self.taps {
                 tap.on_span(&mut span, &record);
             }
         }
-        self.batch.push(span);
+        self.waiting.push_back(span);
+        // The spans of an export in progress are not counted: they may still be delivered.
+        let sending = self.in_flight.as_ref().map_or(0, |f| f.count);
+        if self.waiting.len() - sending > self.config.capacity {
+            // Give up the oldest span that is not being sent right now.
+            if self.waiting.remove(sending).is_some() {
+                self.health.lost(
+                    1,
+                    "the destination was unreachable for longer than the export queue holds",
+                );
+            }
+        }
     }
 
-    fn run(&mut self, receiver: &mpsc::Receiver<Message>) {
-        let mut deadline = Instant::now() + self.config.delay;
-        loop {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match receiver.recv_timeout(wait) {
-                Ok(Message::Span(span)) => {
-                    self.queued.fetch_sub(1, Ordering::Relaxed);
-                    self.accept(*span);
-                    if self.batch.len() >= self.config.batch {
-                        let _ = self.export();
-                    }
-                }
-                Ok(Message::Resource(resource)) => self.exporter.set_resource(&resource),
-                Ok(Message::Flush(reply)) => {
-                    let result = self.drain(receiver);
-                    let result = result.and(self.exporter.force_flush());
-                    let _ = reply.send(result);
-                }
-                Ok(Message::Shutdown(reply)) => {
-                    let result = self.drain(receiver);
-                    let result = result.and(self.exporter.shutdown());
-                    let _ = reply.send(result);
-                    return;
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    let _ = self.export();
-                    deadline = Instant::now() + self.config.delay;
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let _ = self.export();
-                    return;
+    /// Starts (remote) or performs (local) one export of the oldest waiting spans.
+    fn try_export(&mut self, now: Instant) {
+        if self.in_flight.is_some() || self.retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        let count = self.waiting.len().min(self.config.batch);
+        if count == 0 {
+            return;
+        }
+        match &self.sink {
+            Sink::Remote(exporter, runtime) => {
+                let batch: Vec<SpanData> = self.waiting.iter().take(count).cloned().collect();
+                let exporter = Arc::clone(exporter);
+                let result = runtime.spawn(async move { exporter.export(batch).await });
+                self.in_flight = Some(InFlight { count, result });
+            }
+            Sink::Local(exporter) => {
+                let batch: Vec<SpanData> = self.waiting.drain(..count).collect();
+                let result = super::block_on(None, exporter.export(batch));
+                // A local write that fails (disk full) is not retried: the spans are lost.
+                match result {
+                    Ok(()) => self.health.delivered(count as u64),
+                    Err(error) => self.health.lost(count as u64, &error.to_string()),
                 }
             }
         }
     }
 
-    /// Exports what is queued now, in batches.
-    fn drain(&mut self, receiver: &mpsc::Receiver<Message>) -> OTelSdkResult {
-        let mut result = Ok(());
-        while let Ok(message) = receiver.try_recv() {
-            if let Message::Span(span) = message {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-                self.accept(*span);
-                if self.batch.len() >= self.config.batch {
-                    result = result.and(self.export());
-                }
+    /// Looks at the export in progress: delivered spans leave the buffer; a failure keeps
+    /// them and schedules a retry.
+    fn poll_in_flight(&mut self) {
+        let Some(in_flight) = self.in_flight.as_mut() else {
+            return;
+        };
+        if !in_flight.result.is_finished() {
+            return;
+        }
+        let Some(InFlight { count, result }) = self.in_flight.take() else {
+            return;
+        };
+        let result = match futures_now(result) {
+            Ok(result) => result,
+            Err(panic) => Err(OTelSdkError::InternalFailure(panic)),
+        };
+        match result {
+            Ok(()) => {
+                self.waiting.drain(..count.min(self.waiting.len()));
+                self.health.delivered(count as u64);
+                self.retry_at = None;
+                self.backoff = self.config.backoff;
+            }
+            Err(error) => {
+                self.health.failed(&error.to_string());
+                self.retry_at = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(self.config.max_backoff);
             }
         }
-        let result = result.and(self.export());
+    }
+
+    /// Answers a flush or shutdown; `true` when the thread should stop.
+    fn finish(&mut self, drain: Drain) -> bool {
         for tap in &mut self.taps {
             tap.flush();
         }
-        result
+        let left = self.waiting.len() as u64;
+        if !drain.shutdown {
+            let result = if left == 0 {
+                match &self.sink {
+                    Sink::Local(exporter) => exporter.force_flush(),
+                    Sink::Remote(..) => Ok(()),
+                }
+            } else {
+                Err(OTelSdkError::Timeout(Duration::ZERO))
+            };
+            let _ = drain.reply.send(result);
+            return false;
+        }
+        if let Some(in_flight) = self.in_flight.take() {
+            in_flight.result.abort();
+        }
+        self.health.lost(
+            left,
+            "the destination did not accept them before the shutdown timeout",
+        );
+        self.waiting.clear();
+        let result = match &mut self.sink {
+            Sink::Local(exporter) => exporter.shutdown(),
+            Sink::Remote(exporter, _) => match Arc::get_mut(exporter) {
+                Some(exporter) => exporter.shutdown(),
+                None => Ok(()),
+            },
+        };
+        let _ = drain.reply.send(result);
+        true
     }
+}
 
-    fn export(&mut self) -> OTelSdkResult {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        let spans = std::mem::replace(&mut self.batch, Vec::with_capacity(self.config.batch));
-        let count = spans.len() as u64;
-        let result = super::block_on(self.runtime.as_ref(), self.exporter.export(spans));
-        if let Err(error) = &result {
-            self.health.lost(count, &error.to_string());
-        }
-        result
-    }
+/// The output of a finished task.
+fn futures_now<T: Send>(handle: tokio::task::JoinHandle<T>) -> Result<T, String> {
+    super::block_on(None, handle).map_err(|e| format!("the export task failed: {e}"))
 }

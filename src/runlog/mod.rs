@@ -4,9 +4,11 @@
 mod record;
 mod summary;
 
+pub use crate::config::default_run_root;
 pub(crate) use record::unix_nanos;
 pub use record::{DeviceFigures, Role, SpanRecord};
-pub use summary::{read_run, EpochSummary, Memory, RunSummary};
+pub(crate) use summary::SummaryTap;
+pub use summary::{read_run, EpochSummary, EpochTable, Memory, RunSummary};
 
 /// File of spans inside a run directory.
 pub const TRACES_FILE: &str = "traces.jsonl";

@@ -97,7 +97,7 @@ impl SpanRecord {
         error: Option<String>,
         attributes: impl Iterator<Item = (&'a str, Attr<'a>)>,
     ) -> Self {
-        let mut ints: Vec<(&str, i64)> = Vec::new();
+        let mut ints: Vec<(&str, i64)> = Vec::with_capacity(24);
         let mut source = None;
         for (key, value) in attributes {
             match value {
@@ -107,11 +107,11 @@ impl SpanRecord {
             }
         }
         let int = |key: &str| ints.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
-        let memory = |prefix: &str| {
+        let memory = |[start, peak, end]: [&str; 3]| {
             Some(Memory {
-                start: int(&format!("{prefix}.start"))?,
-                peak: int(&format!("{prefix}.peak"))?,
-                end: int(&format!("{prefix}.end"))?,
+                start: int(start)?,
+                peak: int(peak)?,
+                end: int(end)?,
             })
         };
         let role = match name {
@@ -159,10 +159,18 @@ impl SpanRecord {
             parent_span_id: ids.2,
             start_unix_nanos: times.0,
             end_unix_nanos: times.1,
-            gpu: memory("gpu.memory"),
+            gpu: memory(["gpu.memory.start", "gpu.memory.peak", "gpu.memory.end"]),
             devices,
-            process_gpu: memory("gpu.process.memory"),
-            host: memory("process.memory"),
+            process_gpu: memory([
+                "gpu.process.memory.start",
+                "gpu.process.memory.peak",
+                "gpu.process.memory.end",
+            ]),
+            host: memory([
+                "process.memory.start",
+                "process.memory.peak",
+                "process.memory.end",
+            ]),
             allocated_peak: int("gpu.allocator.allocated.peak"),
             reserved_peak: int("gpu.allocator.reserved.peak"),
             batch_size: int("batch_size"),

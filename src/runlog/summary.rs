@@ -7,9 +7,8 @@ use std::io::BufRead;
 use std::path::Path;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+use super::record::{Role, SpanRecord};
 
 /// Start, peak and end of one memory figure over an epoch, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +51,75 @@ pub struct RunSummary {
     pub bad_lines: Vec<String>,
 }
 
+/// Builds the per-epoch table from closed spans, in the order they ended. The one rule for
+/// both the table printed at shutdown (fed on the export thread) and `gpuspan report`
+/// (fed from `traces.jsonl`): an epoch's steps are its child `step` spans.
+#[derive(Debug, Default)]
+pub struct EpochTable {
+    epochs: Vec<([u8; 8], EpochSummary)>,
+    steps_by_parent: HashMap<[u8; 8], usize>,
+    source: Option<String>,
+}
+
+impl EpochTable {
+    /// Adds one closed span.
+    pub fn add(&mut self, record: &SpanRecord) {
+        if self.source.is_none() {
+            self.source.clone_from(&record.source);
+        }
+        match record.role {
+            Role::Step(_) => {
+                if let Some(parent) = record.parent_span_id {
+                    *self.steps_by_parent.entry(parent).or_default() += 1;
+                }
+            }
+            Role::Epoch(epoch) => self.epochs.push((
+                record.span_id,
+                EpochSummary {
+                    epoch,
+                    seconds: record.seconds(),
+                    steps: 0,
+                    gpu: record.gpu,
+                    process_gpu_peak: record.process_gpu.map(|m| m.peak),
+                    host: record.host,
+                    error: record.error.clone(),
+                },
+            )),
+            Role::Other => {}
+        }
+    }
+
+    /// The table, epochs in order.
+    pub fn summary(&self) -> RunSummary {
+        let mut epochs: Vec<EpochSummary> = self
+            .epochs
+            .iter()
+            .map(|(id, row)| EpochSummary {
+                steps: self.steps_by_parent.get(id).copied().unwrap_or(0),
+                ..row.clone()
+            })
+            .collect();
+        epochs.sort_by_key(|row| row.epoch);
+        RunSummary {
+            epochs,
+            source: self.source.clone(),
+            bad_lines: Vec::new(),
+        }
+    }
+}
+
+/// Keeps the epoch table as spans are exported, for the summary printed at shutdown.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SummaryTap(pub(crate) std::sync::Arc<std::sync::Mutex<EpochTable>>);
+
+impl crate::export::tap::SpanTap for SummaryTap {
+    fn on_span(&mut self, _span: &mut opentelemetry_sdk::trace::SpanData, record: &SpanRecord) {
+        if let Ok(mut table) = self.0.lock() {
+            table.add(record);
+        }
+    }
+}
+
 /// Reads `<dir>/traces.jsonl`.
 ///
 /// # Errors
@@ -69,18 +137,22 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
             ),
         )
     })?;
-    let mut summary = RunSummary::default();
-    let mut epochs = Vec::new();
-    let mut steps_by_parent: HashMap<Vec<u8>, usize> = HashMap::new();
-    for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
+    let mut table = EpochTable::default();
+    let mut bad_lines = Vec::new();
+    for (number, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
         let line = line?;
+        // A run killed mid-write can leave a line cut inside a character.
+        let Ok(line) = std::str::from_utf8(&line) else {
+            bad_lines.push(format!("line {}: not UTF-8 text", number + 1));
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let request: ExportTraceServiceRequest = match serde_json::from_str(&line) {
+        let request: ExportTraceServiceRequest = match serde_json::from_str(line) {
             Ok(request) => request,
             Err(e) => {
-                summary.bad_lines.push(format!("line {}: {e}", number + 1));
+                bad_lines.push(format!("line {}: {e}", number + 1));
                 continue;
             }
         };
@@ -90,77 +162,12 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
             .flat_map(|r| &r.scope_spans)
             .flat_map(|s| &s.spans)
         {
-            if summary.source.is_none() {
-                summary.source = string(&span.attributes, "gpu.memory.source");
-            }
-            match span.name.as_str() {
-                "step" => {
-                    *steps_by_parent
-                        .entry(span.parent_span_id.clone())
-                        .or_default() += 1
-                }
-                "epoch" => {
-                    let attrs = &span.attributes;
-                    let error = span
-                        .status
-                        .as_ref()
-                        .filter(|s| s.code == StatusCode::Error as i32)
-                        .map(|s| s.message.clone());
-                    let row = EpochSummary {
-                        epoch: int(attrs, "ml.epoch").unwrap_or(-1),
-                        seconds: span
-                            .end_time_unix_nano
-                            .saturating_sub(span.start_time_unix_nano)
-                            as f64
-                            / 1e9,
-                        steps: 0,
-                        gpu: memory(attrs, "gpu.memory"),
-                        process_gpu_peak: int(attrs, "gpu.process.memory.peak"),
-                        host: memory(attrs, "process.memory"),
-                        error,
-                    };
-                    epochs.push((span.span_id.clone(), row));
-                }
-                _ => {}
-            }
+            table.add(&SpanRecord::from_otlp(span));
         }
     }
-    for (id, mut row) in epochs {
-        row.steps = steps_by_parent.get(&id).copied().unwrap_or(0);
-        summary.epochs.push(row);
-    }
-    summary.epochs.sort_by_key(|row| row.epoch);
+    let mut summary = table.summary();
+    summary.bad_lines = bad_lines;
     Ok(summary)
-}
-
-fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
-    attrs
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| kv.value.as_ref())
-        .and_then(|v| v.value.as_ref())
-}
-
-fn int(attrs: &[KeyValue], key: &str) -> Option<i64> {
-    match attr(attrs, key)? {
-        Value::IntValue(v) => Some(*v),
-        _ => None,
-    }
-}
-
-fn string(attrs: &[KeyValue], key: &str) -> Option<String> {
-    match attr(attrs, key)? {
-        Value::StringValue(v) => Some(v.clone()),
-        _ => None,
-    }
-}
-
-fn memory(attrs: &[KeyValue], prefix: &str) -> Option<Memory> {
-    Some(Memory {
-        start: int(attrs, &format!("{prefix}.start"))?,
-        peak: int(attrs, &format!("{prefix}.peak"))?,
-        end: int(attrs, &format!("{prefix}.end"))?,
-    })
 }
 
 impl RunSummary {
@@ -193,7 +200,7 @@ impl RunSummary {
                             bytes(m.start),
                             bytes(m.peak),
                             bytes(m.end),
-                            signed_bytes(m.end - m.start),
+                            signed_bytes(m.end.saturating_sub(m.start)),
                         ]),
                         None => row.extend(["-".into(), "-".into(), "-".into(), "-".into()]),
                     }

@@ -6,9 +6,12 @@
 //! a `gpu.` name.
 
 pub(crate) mod allocator;
+pub(crate) mod choose;
 pub(crate) mod host;
 #[cfg(feature = "nvml")]
 pub(crate) mod nvml;
+#[cfg(test)]
+mod parse_props;
 pub(crate) mod scope;
 pub(crate) mod smi;
 

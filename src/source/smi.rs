@@ -136,8 +136,8 @@ fn failed(error: String) -> DeviceReading {
 }
 
 /// The first `nvidia-smi` on `PATH` that is an executable file.
-pub(crate) fn find_nvidia_smi() -> Option<PathBuf> {
-    find_in(&std::env::var_os("PATH")?)
+pub(crate) fn find_nvidia_smi(path_var: &OsStr) -> Option<PathBuf> {
+    find_in(path_var)
 }
 
 fn find_in(path_var: &OsStr) -> Option<PathBuf> {

@@ -828,8 +828,19 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory
     return rc;
 }
 
+/* Milliseconds every memory read blocks for before it starts, as a driver call on a GPU
+ * that fell off the bus can: 0 (the default) for none. Read without the lock on purpose. */
+static volatile unsigned int g_hang_ms;
+
+FAKE_EXPORT void fake_nvml_set_hang(unsigned int ms) {
+    g_hang_ms = ms;
+}
+
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     struct nvmlDevice_st *d = NULL;
+    if (g_hang_ms > 0) {
+        usleep((useconds_t)g_hang_ms * 1000u);
+    }
     int rc = enter_device(F_nvmlDeviceGetMemoryInfo_v2, device, &d);
     if (rc != NVML_SUCCESS) {
         return rc;

@@ -54,19 +54,9 @@ pub const DRIVER_VERSION: &str = "570.86.15";
 /// NVML return codes (`nvmlReturn_t`), for [`FakeNvml::set_error`].
 pub mod code {
     pub const SUCCESS: i32 = 0;
-    pub const UNINITIALIZED: i32 = 1;
-    pub const INVALID_ARGUMENT: i32 = 2;
     pub const NOT_SUPPORTED: i32 = 3;
-    pub const NO_PERMISSION: i32 = 4;
-    pub const NOT_FOUND: i32 = 6;
-    pub const INSUFFICIENT_SIZE: i32 = 7;
     pub const DRIVER_NOT_LOADED: i32 = 9;
-    pub const TIMEOUT: i32 = 10;
-    pub const LIBRARY_NOT_FOUND: i32 = 12;
-    pub const FUNCTION_NOT_FOUND: i32 = 13;
     pub const GPU_IS_LOST: i32 = 15;
-    pub const RESET_REQUIRED: i32 = 16;
-    pub const NO_DATA: i32 = 21;
     pub const UNKNOWN: i32 = 999;
 }
 
@@ -132,14 +122,9 @@ impl FakeNvml {
         self.path.as_os_str()
     }
 
-    /// The largest device count the fake supports.
-    pub fn max_devices(&self) -> u32 {
-        unsafe { self.sym::<unsafe extern "C" fn() -> c_uint>("fake_nvml_max_devices")() }
-    }
-
     /// Back to the defaults: 1 device, no processes, errors, timelines or
     /// call counts.
-    pub fn reset(&self) {
+    fn reset(&self) {
         unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_reset")() }
     }
 
@@ -149,8 +134,7 @@ impl FakeNvml {
         unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_load_env")() }
     }
 
-    /// How many devices `nvmlDeviceGetCount_v2` reports (0 to
-    /// [`FakeNvml::max_devices`]).
+    /// How many devices `nvmlDeviceGetCount_v2` reports (0 to 16, the fake's limit).
     pub fn set_device_count(&self, count: u32) {
         let rc = unsafe {
             self.sym::<unsafe extern "C" fn(c_uint) -> c_int>("fake_nvml_set_device_count")(count)
@@ -251,11 +235,6 @@ impl FakeNvml {
         }
     }
 
-    /// Sets every call count back to 0.
-    pub fn reset_call_counts(&self) {
-        unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_reset_call_counts")() }
-    }
-
     /// Scripted used memory of `dev`: a read returns the `used` of the point
     /// with the latest offset at or before the time since the timeline clock
     /// started ([`FakeNvml::start_timeline`], or the creation of `self`).
@@ -282,6 +261,13 @@ impl FakeNvml {
     /// (Re)starts the clock shared by the timelines of all devices.
     pub fn start_timeline(&self) {
         unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_start_timeline")() }
+    }
+
+    /// Makes every memory read block for `hang` before it starts (zero: none), as a driver
+    /// call on a lost GPU can.
+    pub fn set_hang(&self, hang: Duration) {
+        let ms = c_uint::try_from(hang.as_millis()).unwrap_or(c_uint::MAX);
+        unsafe { self.sym::<unsafe extern "C" fn(c_uint)>("fake_nvml_set_hang")(ms) };
     }
 
     /// When enabled, used memory of `dev` is its set used memory plus the
@@ -354,8 +340,8 @@ fn compiled_library(defines: &[&str]) -> PathBuf {
 }
 
 fn compile(defines: &[&str]) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_nvml/fake_nvml.c");
-    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-nvml");
+    let source = crate::repo_root().join("tests/fake_nvml/fake_nvml.c");
+    let out_dir = crate::target_tmp_dir().join("fake-nvml");
     fs::create_dir_all(&out_dir).unwrap_or_else(|e| panic!("creating {}: {e}", out_dir.display()));
 
     let variant = if defines.is_empty() {

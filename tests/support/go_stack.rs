@@ -9,10 +9,10 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::http::get;
-use super::jaeger_api::{self, JaegerSpan};
-use super::prometheus_text::{self, Sample};
-use super::servers::{accepts, free_port, Server};
+use crate::http::get;
+use crate::jaeger_api::{self, JaegerSpan};
+use crate::prometheus_text::{self, Sample};
+use crate::servers::{accepts, free_port, Server};
 
 const BUILD_SCRIPT: &str = "tests/collectors/build-go.sh";
 
@@ -27,7 +27,7 @@ pub struct GoTools {
 
 /// The repository root.
 pub fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    crate::repo_root()
 }
 
 /// Runs the build script (once per process) and returns where the programs are. Panics,
@@ -183,16 +183,12 @@ impl Collector {
     /// Starts the collector with `configs` (file names in collector/, the first one
     /// `otelcol.yaml`), `jaeger_endpoint` and `tempo_endpoint` as its trace backends, and
     /// `env` for the overlays; waits until its health check answers 200.
-    ///
-    /// `stand_ins` names the exporters (`otlp/tempo`) whose backend is one of the tests' OTLP
-    /// receivers: those take no gzip, so these exporters send uncompressed.
     pub fn start(
         dir: &Path,
         configs: &[&str],
         jaeger_endpoint: &str,
         tempo_endpoint: &str,
         env: &[(&str, &str)],
-        stand_ins: &[&str],
     ) -> Collector {
         let ports = CollectorPorts::free();
         let mut all_env: Vec<(String, String)> = vec![
@@ -218,11 +214,6 @@ impl Collector {
         all_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         // The collector's own metrics would listen on :8888, shared by every test at once.
         let mut args = vec!["--set=service.telemetry.metrics.level=none".to_string()];
-        args.extend(
-            stand_ins
-                .iter()
-                .map(|id| format!("--set=exporters::{id}::compression=none")),
-        );
         for config in configs_in_repo(configs) {
             args.push(format!("--config={}", config.display()));
         }

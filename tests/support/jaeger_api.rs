@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use serde_json::Value;
 
-use super::http::{encode, get};
+use crate::http::{encode, get};
 
 /// A span as Jaeger returns it.
 #[derive(Debug, Clone)]

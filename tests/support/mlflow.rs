@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::http::{encode, get, post_json};
-use super::servers::{free_port, tools, Server};
+use crate::http::{encode, get, post_json};
+use crate::servers::{free_port, tools, Server};
 
 /// A running tracking server.
 pub struct Mlflow {

@@ -124,11 +124,6 @@ impl Receiver {
         }
     }
 
-    /// Same as the free function [`unused_endpoint`].
-    pub fn unused_endpoint() -> String {
-        unused_endpoint()
-    }
-
     pub fn protocol(&self) -> Protocol {
         self.protocol
     }
@@ -172,6 +167,29 @@ impl Receiver {
                 }
             }
         }
+    }
+
+    /// Refuses every request from now on (`true`), as a collector that is down, or
+    /// accepts them again (`false`).
+    pub fn set_failing(&self, failing: bool) {
+        self.shared
+            .failing
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Holds every request this long before answering.
+    pub fn set_stall(&self, stall: Duration) {
+        self.shared.stall_ms.store(
+            u64::try_from(stall.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+
+    /// Requests that arrived so far, refused ones included.
+    pub fn attempts(&self) -> u64 {
+        self.shared
+            .attempts
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Forgets everything received so far (requests and headers).
@@ -259,7 +277,7 @@ impl Receiver {
 
     /// Waits until `done` holds for all the points received so far, or until
     /// `timeout` passes, and returns all points received by then either way.
-    pub fn wait_for_points_where(
+    fn wait_for_points_where(
         &self,
         done: impl Fn(&[ReceivedPoint]) -> bool,
         timeout: Duration,
@@ -293,7 +311,7 @@ pub fn unused_endpoint() -> String {
 }
 
 /// A port on `127.0.0.1` where nothing listens (see [`unused_endpoint`]).
-pub fn unused_port() -> u16 {
+fn unused_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a probe socket");
     listener
         .local_addr()
@@ -500,14 +518,6 @@ impl ReceivedPoint {
         }
     }
 
-    /// The sum of a histogram point, if it carried one.
-    pub fn sum(&self) -> Option<f64> {
-        match self.value {
-            PointValue::Histogram { sum, .. } => sum,
-            _ => None,
-        }
-    }
-
     /// The `Str` value of resource attribute `key` (for example `service.name`).
     pub fn resource_str_attr(&self, key: &str) -> Option<&str> {
         self.resource_attributes
@@ -549,11 +559,6 @@ impl RequestHeaders {
             .map(|(_, value)| value.as_str())
             .collect()
     }
-
-    /// All `(name, value)` pairs, in the order received.
-    pub fn entries(&self) -> &[(String, String)] {
-        &self.entries
-    }
 }
 
 // ===== recording =============================================================
@@ -572,6 +577,26 @@ struct Recorded {
 struct Shared {
     recorded: Mutex<Recorded>,
     changed: Condvar,
+    /// While set, every request is refused as a collector that is down would be
+    /// (HTTP 503, gRPC UNAVAILABLE), and nothing is recorded.
+    failing: std::sync::atomic::AtomicBool,
+    /// Milliseconds to hold each request before answering.
+    stall_ms: std::sync::atomic::AtomicU64,
+    /// Requests that arrived, refused ones included.
+    attempts: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    /// Counts the attempt, waits the stall, and says whether to refuse it.
+    async fn admit(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        let stall = self.stall_ms.load(Ordering::SeqCst);
+        if stall > 0 {
+            tokio::time::sleep(Duration::from_millis(stall)).await;
+        }
+        !self.failing.load(Ordering::SeqCst)
+    }
 }
 
 impl Shared {
@@ -629,12 +654,25 @@ async fn serve(protocol: Protocol, listener: tokio::net::TcpListener, shared: Ar
 
 async fn serve_grpc(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
     let service = GrpcService { shared };
+    let gzip = tonic::codec::CompressionEncoding::Gzip;
     tonic::transport::Server::builder()
-        .add_service(TraceServiceServer::new(service.clone()))
-        .add_service(MetricsServiceServer::new(service))
+        .layer(tower::util::MapRequestLayer::new(expose_reserved_headers))
+        .add_service(TraceServiceServer::new(service.clone()).accept_compressed(gzip))
+        .add_service(MetricsServiceServer::new(service).accept_compressed(gzip))
         .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
         .await
         .expect("OTLP/gRPC test receiver failed");
+}
+
+/// tonic keeps `grpc-encoding` out of the request metadata: copy it as
+/// `x-received-grpc-encoding` so tests can read the compression a client used.
+fn expose_reserved_headers<B>(mut request: http::Request<B>) -> http::Request<B> {
+    if let Some(value) = request.headers().get("grpc-encoding").cloned() {
+        request
+            .headers_mut()
+            .insert("x-received-grpc-encoding", value);
+    }
+    request
 }
 
 #[derive(Clone)]
@@ -648,6 +686,9 @@ impl TraceService for GrpcService {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        if !self.shared.admit().await {
+            return Err(tonic::Status::unavailable("the test collector is down"));
+        }
         let headers = grpc_headers(Signal::Traces, &request);
         self.shared.record_traces(headers, request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
@@ -660,6 +701,9 @@ impl MetricsService for GrpcService {
         &self,
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        if !self.shared.admit().await {
+            return Err(tonic::Status::unavailable("the test collector is down"));
+        }
         let headers = grpc_headers(Signal::Metrics, &request);
         self.shared.record_metrics(headers, request.into_inner());
         Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
@@ -689,7 +733,14 @@ async fn http_traces(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
+    if !shared.admit().await {
+        return Err((
+            HttpStatus::SERVICE_UNAVAILABLE,
+            "the test collector is down".into(),
+        ));
+    }
     let encoding = BodyEncoding::of(&headers)?;
+    let body = gunzip(&headers, body)?;
     let request: ExportTraceServiceRequest = encoding.decode(&body)?;
     shared.record_traces(RequestHeaders::from_http(Signal::Traces, &headers), request);
     Ok(encoding.reply(&ExportTraceServiceResponse::default()))
@@ -700,13 +751,42 @@ async fn http_metrics(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
+    if !shared.admit().await {
+        return Err((
+            HttpStatus::SERVICE_UNAVAILABLE,
+            "the test collector is down".into(),
+        ));
+    }
     let encoding = BodyEncoding::of(&headers)?;
+    let body = gunzip(&headers, body)?;
     let request: ExportMetricsServiceRequest = encoding.decode(&body)?;
     shared.record_metrics(
         RequestHeaders::from_http(Signal::Metrics, &headers),
         request,
     );
     Ok(encoding.reply(&ExportMetricsServiceResponse::default()))
+}
+
+/// The body, decompressed when the request says `content-encoding: gzip`.
+fn gunzip(headers: &HeaderMap, body: Bytes) -> Result<Bytes, Rejection> {
+    use std::io::Read as _;
+    match headers.get(header::CONTENT_ENCODING).map(|v| v.as_bytes()) {
+        None | Some(b"identity") => Ok(body),
+        Some(b"gzip") => {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(&body[..])
+                .read_to_end(&mut out)
+                .map_err(|e| (HttpStatus::BAD_REQUEST, format!("bad gzip body: {e}")))?;
+            Ok(Bytes::from(out))
+        }
+        Some(other) => Err((
+            HttpStatus::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "unsupported content-encoding {}",
+                String::from_utf8_lossy(other)
+            ),
+        )),
+    }
 }
 
 /// The two OTLP/HTTP body encodings; the reply uses the request's.

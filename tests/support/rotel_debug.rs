@@ -53,7 +53,6 @@ impl DebugSpan {
 pub struct DebugPoint {
     pub metric: String,
     pub unit: String,
-    pub data_type: String,
     pub attributes: BTreeMap<String, String>,
     /// `Value:` of a number point, as printed.
     pub value: String,
@@ -91,7 +90,7 @@ impl DebugOutput {
         let mut section = Section::None;
         let mut resource = BTreeMap::new();
         // The descriptor of the metric being read: (name, unit, data type).
-        let mut metric = (String::new(), String::new(), String::new());
+        let mut metric = (String::new(), String::new());
         let mut in_span = false;
         let mut in_point = false;
 
@@ -114,7 +113,6 @@ impl DebugOutput {
                     Section::Descriptor => match key.as_str() {
                         "Name" => metric.0 = value,
                         "Unit" => metric.1 = value,
-                        "DataType" => metric.2 = value,
                         _ => {}
                     },
                     Section::PointAttributes if in_point => {
@@ -152,7 +150,7 @@ impl DebugOutput {
             } else if trimmed.starts_with("Metric #") {
                 in_span = false;
                 in_point = false;
-                metric = (String::new(), String::new(), String::new());
+                metric = (String::new(), String::new());
             } else if trimmed == "Descriptor:" {
                 section = Section::Descriptor;
             } else if trimmed.starts_with("NumberDataPoints #") {
@@ -160,7 +158,6 @@ impl DebugOutput {
                 out.points.push(DebugPoint {
                     metric: metric.0.clone(),
                     unit: metric.1.clone(),
-                    data_type: metric.2.clone(),
                     ..DebugPoint::default()
                 });
             } else if trimmed.starts_with("HistogramDataPoints #")

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use gpuspan::{Builder, Telemetry};
 use tracing_subscriber::layer::SubscriberExt;
 
-use super::fake_nvml::FakeNvml;
-use super::receiver::{ReceivedPoint, ReceivedSpan};
+use crate::fake_nvml::FakeNvml;
+use crate::receiver::{ReceivedPoint, ReceivedSpan};
 
 /// The NVML function the sampler calls once per device per tick.
 pub const MEMORY_INFO: &str = "nvmlDeviceGetMemoryInfo_v2";

@@ -12,7 +12,6 @@ struct State {
     used: Vec<u64>,
     total: u64,
     process: Option<u64>,
-    errors: Vec<Option<String>>,
     /// `(started, [(offset, value of device 0)])`: device 0 follows the timeline.
     timeline: Option<(Instant, Vec<(Duration, u64)>)>,
 }
@@ -36,7 +35,6 @@ pub fn scripted(devices: u32, used: u64) -> (ScriptedSource, Script) {
     let state = Arc::new(Mutex::new(State {
         used: vec![used; devices as usize],
         total: 80 << 30,
-        errors: vec![None; devices as usize],
         ..State::default()
     }));
     let reads = Arc::new(AtomicU64::new(0));
@@ -70,10 +68,6 @@ impl MemorySource for ScriptedSource {
     fn read(&mut self, out: &mut [DeviceReading]) {
         let state = self.state.lock().unwrap();
         for (i, reading) in out.iter_mut().enumerate() {
-            if let Some(error) = &state.errors[i] {
-                reading.error = Some(error.clone());
-                continue;
-            }
             let mut used = state.used[i];
             if let (0, Some((started, timeline))) = (i, &state.timeline) {
                 let now = started.elapsed();
@@ -99,11 +93,6 @@ impl Script {
     /// Sets this process's memory, reported on every device.
     pub fn set_process(&self, used: Option<u64>) {
         self.state.lock().unwrap().process = used;
-    }
-
-    /// Makes `device` fail its reads with `error` (or read again with `None`).
-    pub fn fail(&self, device: usize, error: Option<&str>) {
-        self.state.lock().unwrap().errors[device] = error.map(str::to_owned);
     }
 
     /// Device 0 follows `timeline` (offsets from now) from the next read on.

@@ -30,7 +30,7 @@ const INSTALL_SCRIPT: &str = "tests/collectors/install.sh";
 pub fn tools() -> &'static Tools {
     static TOOLS: OnceLock<Tools> = OnceLock::new();
     TOOLS.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = crate::repo_root();
         let started = Instant::now();
         let output = Command::new("bash")
             .arg(root.join(INSTALL_SCRIPT))
@@ -221,7 +221,7 @@ impl Drop for Server {
 }
 
 /// Removes ANSI colour sequences (rotel colours its log lines).
-pub fn strip_ansi(text: &str) -> String {
+fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {

@@ -4,7 +4,7 @@
 use gpuspan::{Builder, Telemetry};
 use tracing_subscriber::layer::SubscriberExt;
 
-use super::receiver::{Protocol, Receiver};
+use crate::receiver::{Protocol, Receiver};
 
 /// Builds `builder`, runs `f` with its layer as this thread's subscriber, and returns the
 /// telemetry (still running: shut it down to flush) with `f`'s result.

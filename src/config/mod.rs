@@ -1,14 +1,23 @@
-//! Settings: code beats environment beats defaults, one resolver per setting.
+//! Settings, resolved once: code, then the signal's own variable, then the variable for
+//! every signal, then the default.
 //!
-//! Every environment variable is read here and nowhere else, and a value that does not
-//! parse is an error that names the variable, the value and what would be accepted.
+//! Every environment variable is read here and nowhere else (names in [`vars`]), and a
+//! value that does not parse is an error that names the variable, the value and what would
+//! be accepted. What is resolved here is final: exporters are built so that nothing reads
+//! the environment again.
 
+mod layered;
+pub(crate) mod parse;
+pub(crate) mod vars;
+
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::InitError;
 use crate::source::DeviceScope;
+use layered::{env, layered, Origin};
 
 /// Default sampling interval: 5 ms. A spike of 10 ms (two intervals) is always seen, a
 /// 200 ms step gets about 40 readings, and the sampler stays under 1% of a core (0.6% with 8
@@ -42,6 +51,16 @@ pub enum Protocol {
     HttpProtobuf,
 }
 
+/// OTLP request compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Compression {
+    /// gzip (`gzip`).
+    Gzip,
+    /// None (`none`): the default.
+    None,
+}
+
 /// Which signal a setting is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Signal {
@@ -49,19 +68,70 @@ pub(crate) enum Signal {
     Metrics,
 }
 
-impl Signal {
-    fn upper(self) -> &'static str {
-        match self {
-            Signal::Traces => "TRACES",
-            Signal::Metrics => "METRICS",
-        }
-    }
-
+/// The variables of one signal: its own first, then the one for every signal.
+struct SignalVars {
+    endpoint: [&'static str; 2],
+    protocol: [&'static str; 2],
+    headers: [&'static str; 2],
+    timeout: [&'static str; 2],
+    compression: [&'static str; 2],
+    exporter: &'static str,
     /// The path OTLP/HTTP appends to a base endpoint.
-    fn http_path(self) -> &'static str {
+    http_path: &'static str,
+}
+
+impl Signal {
+    fn vars(self) -> SignalVars {
+        use vars::*;
         match self {
-            Signal::Traces => "/v1/traces",
-            Signal::Metrics => "/v1/metrics",
+            Signal::Traces => SignalVars {
+                endpoint: [
+                    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+                    OTEL_EXPORTER_OTLP_ENDPOINT,
+                ],
+                protocol: [
+                    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+                    OTEL_EXPORTER_OTLP_PROTOCOL,
+                ],
+                headers: [
+                    OTEL_EXPORTER_OTLP_TRACES_HEADERS,
+                    OTEL_EXPORTER_OTLP_HEADERS,
+                ],
+                timeout: [
+                    OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+                    OTEL_EXPORTER_OTLP_TIMEOUT,
+                ],
+                compression: [
+                    OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
+                    OTEL_EXPORTER_OTLP_COMPRESSION,
+                ],
+                exporter: OTEL_TRACES_EXPORTER,
+                http_path: "/v1/traces",
+            },
+            Signal::Metrics => SignalVars {
+                endpoint: [
+                    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+                    OTEL_EXPORTER_OTLP_ENDPOINT,
+                ],
+                protocol: [
+                    OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+                    OTEL_EXPORTER_OTLP_PROTOCOL,
+                ],
+                headers: [
+                    OTEL_EXPORTER_OTLP_METRICS_HEADERS,
+                    OTEL_EXPORTER_OTLP_HEADERS,
+                ],
+                timeout: [
+                    OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
+                    OTEL_EXPORTER_OTLP_TIMEOUT,
+                ],
+                compression: [
+                    OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
+                    OTEL_EXPORTER_OTLP_COMPRESSION,
+                ],
+                exporter: OTEL_METRICS_EXPORTER,
+                http_path: "/v1/metrics",
+            },
         }
     }
 }
@@ -81,10 +151,12 @@ pub(crate) struct CodeSettings {
     pub(crate) protocol: Option<Protocol>,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) compression: Option<Compression>,
     pub(crate) traces_exporter: Option<Exporter>,
     pub(crate) metrics_exporter: Option<Exporter>,
     pub(crate) metric_interval: Option<Duration>,
     pub(crate) prometheus_addr: Option<SocketAddr>,
+    pub(crate) export_queue: Option<usize>,
     pub(crate) summary: Option<bool>,
     pub(crate) flush_on_signal: Option<bool>,
 }
@@ -98,7 +170,17 @@ pub(crate) enum Destination {
     RunDir,
 }
 
-/// An OTLP endpoint for one signal.
+impl Destination {
+    /// How long one export may take: the OTLP timeout, or a few seconds for local files.
+    pub(crate) fn timeout(&self) -> Duration {
+        match self {
+            Destination::Otlp(target) => target.timeout,
+            _ => Duration::from_secs(5),
+        }
+    }
+}
+
+/// An OTLP endpoint for one signal, with everything the exporter sends.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OtlpTarget {
     /// Full URL: for HTTP it includes `/v1/traces` or `/v1/metrics`.
@@ -106,6 +188,7 @@ pub(crate) struct OtlpTarget {
     pub(crate) protocol: Protocol,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) timeout: Duration,
+    pub(crate) compression: Compression,
 }
 
 /// Launcher-provided position of this process in a distributed run.
@@ -126,6 +209,8 @@ pub(crate) struct Settings {
     #[cfg_attr(not(feature = "nvml"), allow(dead_code))]
     pub(crate) nvml_lib: Option<PathBuf>,
     pub(crate) devices: DeviceScope,
+    /// Where `nvidia-smi` is looked for (`PATH`).
+    pub(crate) search_path: Option<OsString>,
     pub(crate) run_root: PathBuf,
     pub(crate) run_id: String,
     pub(crate) rank: Rank,
@@ -133,9 +218,17 @@ pub(crate) struct Settings {
     pub(crate) metrics: Destination,
     pub(crate) metric_interval: Duration,
     pub(crate) prometheus_addr: Option<SocketAddr>,
+    /// Completed spans that may wait for the destination.
+    pub(crate) export_queue: usize,
+    /// The event layer's filter (`RUST_LOG`), checked.
+    pub(crate) log_filter: Option<String>,
     pub(crate) summary: bool,
     pub(crate) flush_on_signal: bool,
 }
+
+/// Default number of completed spans that may wait for an unreachable destination: a few
+/// minutes of 100 steps a second, about 60 MiB at most.
+pub(crate) const DEFAULT_EXPORT_QUEUE: usize = 65_536;
 
 impl Settings {
     /// The run directory: `<root>/<run-id>`, with one sub-directory per rank when the
@@ -149,13 +242,14 @@ impl Settings {
     }
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+/// Where `gpuspan report` looks for runs: `GPUSPAN_RUN_DIR`, else `gpuspan-runs`.
+pub fn default_run_root() -> PathBuf {
+    env(vars::GPUSPAN_RUN_DIR).map_or_else(|| PathBuf::from("gpuspan-runs"), PathBuf::from)
 }
 
-fn invalid(var: &str, value: &str, expected: impl Into<String>) -> InitError {
+fn invalid(name: &str, value: &str, expected: impl Into<String>) -> InitError {
     InitError::InvalidSetting {
-        name: var.to_owned(),
+        name: name.to_owned(),
         value: value.to_owned(),
         expected: expected.into(),
     }
@@ -163,15 +257,18 @@ fn invalid(var: &str, value: &str, expected: impl Into<String>) -> InitError {
 
 /// Resolves every setting from code, then environment, then defaults.
 pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
-    let disabled = match code.disabled {
-        Some(disabled) => disabled,
-        None => env_bool("OTEL_SDK_DISABLED")?.unwrap_or(false),
-    };
+    use vars::*;
+    let disabled = layered(
+        code.disabled,
+        "disabled",
+        &[OTEL_SDK_DISABLED],
+        parse::boolean,
+    )?;
     let resource = resource_attributes(code)?;
     let service_name = code
         .service_name
         .clone()
-        .or_else(|| env("OTEL_SERVICE_NAME"))
+        .or_else(|| env(OTEL_SERVICE_NAME))
         .or_else(|| {
             resource
                 .iter()
@@ -179,76 +276,92 @@ pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
                 .map(|(_, v)| v.clone())
         })
         .unwrap_or_else(default_service_name);
-    let sample_interval = match code.sample_interval {
-        Some(interval) => check_interval("sample_interval", &format!("{interval:?}"), interval)?,
-        None => match env("GPUSPAN_SAMPLE_INTERVAL") {
-            Some(value) => {
-                let interval = parse_duration(&value).ok_or_else(|| {
-                    invalid(
-                        "GPUSPAN_SAMPLE_INTERVAL",
-                        &value,
-                        "a duration such as 5ms, 500us or 1s",
-                    )
-                })?;
-                check_interval("GPUSPAN_SAMPLE_INTERVAL", &value, interval)?
-            }
-            None => DEFAULT_SAMPLE_INTERVAL,
-        },
-    };
+    let sample_interval = layered(
+        code.sample_interval,
+        "sample_interval",
+        &[GPUSPAN_SAMPLE_INTERVAL],
+        parse::duration,
+    )?
+    .map(|(interval, origin)| check_interval(interval, &origin))
+    .transpose()?
+    .unwrap_or(DEFAULT_SAMPLE_INTERVAL);
     let devices = device_scope(code)?;
     let rank = rank()?;
     let run_id = code
         .run_id
         .clone()
-        .or_else(|| env("GPUSPAN_RUN_ID"))
-        .or_else(|| env("TORCHELASTIC_RUN_ID"))
-        .or_else(|| env("SLURM_JOB_ID").map(|job| format!("slurm-{job}")))
+        .or_else(|| env(GPUSPAN_RUN_ID))
+        .or_else(|| env(TORCHELASTIC_RUN_ID))
+        .or_else(|| env(SLURM_JOB_ID).map(|job| format!("slurm-{job}")))
         .unwrap_or_else(generated_run_id);
-    if run_id.contains(['/', '\\']) || run_id == "." || run_id == ".." {
+    if run_id.contains(['/', '\\']) || run_id == "." || run_id == ".." || run_id.is_empty() {
         return Err(invalid(
-            "GPUSPAN_RUN_ID",
+            GPUSPAN_RUN_ID,
             &run_id,
             "a name without path separators, such as resnet-lr0.1",
         ));
     }
-    let metric_interval = match code.metric_interval {
-        Some(interval) => interval,
-        None => env_millis("OTEL_METRIC_EXPORT_INTERVAL")?.unwrap_or(Duration::from_secs(60)),
-    };
+    let (metric_interval, origin) = layered(
+        code.metric_interval,
+        "metric_export_interval",
+        &[OTEL_METRIC_EXPORT_INTERVAL],
+        parse::millis,
+    )?
+    .unwrap_or((Duration::from_secs(60), Origin::Default));
     if metric_interval.is_zero() {
         return Err(invalid(
-            "OTEL_METRIC_EXPORT_INTERVAL",
+            origin.name(OTEL_METRIC_EXPORT_INTERVAL),
             "0",
             "a positive number of milliseconds",
         ));
     }
-    let prometheus_addr = match code.prometheus_addr {
-        Some(addr) => Some(addr),
-        None => env("GPUSPAN_PROMETHEUS_ADDR")
-            .map(|value| parse_listen_addr(&value))
-            .transpose()?,
+    let prometheus_addr = layered(
+        code.prometheus_addr,
+        "prometheus_addr",
+        &[GPUSPAN_PROMETHEUS_ADDR],
+        parse::listen_addr,
+    )?
+    .map(|(addr, _)| addr);
+    let export_queue = layered(
+        code.export_queue,
+        "export_queue",
+        &[GPUSPAN_EXPORT_QUEUE],
+        parse::count,
+    )?
+    .map_or(DEFAULT_EXPORT_QUEUE, |(n, _)| n.max(1));
+    let log_filter = match env(RUST_LOG) {
+        Some(filter) => match tracing_subscriber::EnvFilter::try_new(&filter) {
+            Ok(_) => Some(filter),
+            Err(e) => {
+                return Err(invalid(
+                    RUST_LOG,
+                    &filter,
+                    format!("a tracing filter such as info or mycrate=debug ({e})"),
+                ))
+            }
+        },
+        None => None,
     };
     Ok(Settings {
-        disabled,
+        disabled: disabled.is_some_and(|(d, _)| d),
         service_name,
         resource,
         sample_interval,
         nvml_lib: code
             .nvml_lib
             .clone()
-            .or_else(|| env("GPUSPAN_NVML_LIB").map(PathBuf::from)),
+            .or_else(|| env(GPUSPAN_NVML_LIB).map(PathBuf::from)),
         devices,
-        run_root: code
-            .run_dir
-            .clone()
-            .or_else(|| env("GPUSPAN_RUN_DIR").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from("gpuspan-runs")),
+        search_path: std::env::var_os(PATH),
+        run_root: code.run_dir.clone().unwrap_or_else(default_run_root),
         run_id,
         rank,
         traces: destination(code, Signal::Traces)?,
         metrics: destination(code, Signal::Metrics)?,
         metric_interval,
         prometheus_addr,
+        export_queue,
+        log_filter,
         summary: code.summary.unwrap_or(true),
         flush_on_signal: code.flush_on_signal.unwrap_or(true),
     })
@@ -270,100 +383,26 @@ fn generated_run_id() -> String {
     format!("{date}-{time}-{}", std::process::id())
 }
 
-fn check_interval(name: &str, given: &str, interval: Duration) -> Result<Duration, InitError> {
+fn check_interval(interval: Duration, origin: &Origin) -> Result<Duration, InitError> {
     if interval < MIN_SAMPLE_INTERVAL {
         return Err(invalid(
-            name,
-            given,
+            origin.name(vars::GPUSPAN_SAMPLE_INTERVAL),
+            &origin.value(&format!("{interval:?}")),
             "an interval of at least 100us (the default is 5ms)",
         ));
     }
     Ok(interval)
 }
 
-/// Parses `5ms`, `500us`, `1s`, `0.5s`, `2m`; a bare number is milliseconds.
-pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let seconds = match unit.trim() {
-        "" | "ms" => number / 1e3,
-        "us" | "µs" => number / 1e6,
-        "ns" => number / 1e9,
-        "s" => number,
-        "m" | "min" => number * 60.0,
-        _ => return None,
-    };
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
-}
-
-fn env_bool(var: &str) -> Result<Option<bool>, InitError> {
-    match env(var) {
-        None => Ok(None),
-        Some(value) => match value.trim().to_ascii_lowercase().as_str() {
-            "true" | "1" => Ok(Some(true)),
-            "false" | "0" => Ok(Some(false)),
-            _ => Err(invalid(var, &value, "true or false")),
-        },
-    }
-}
-
-fn env_millis(var: &str) -> Result<Option<Duration>, InitError> {
-    match env(var) {
-        None => Ok(None),
-        Some(value) => value
-            .trim()
-            .parse::<u64>()
-            .map(|ms| Some(Duration::from_millis(ms)))
-            .map_err(|_| invalid(var, &value, "a whole number of milliseconds, such as 10000")),
-    }
-}
-
-fn env_int(var: &str) -> Result<Option<i64>, InitError> {
-    match env(var) {
-        None => Ok(None),
-        Some(value) => value
-            .trim()
-            .parse::<i64>()
-            .map(Some)
-            .map_err(|_| invalid(var, &value, "a whole number")),
-    }
-}
-
-fn parse_listen_addr(value: &str) -> Result<SocketAddr, InitError> {
-    let value = value.trim();
-    let with_host = if value.starts_with(':') {
-        format!("127.0.0.1{value}")
-    } else if value.chars().all(|c| c.is_ascii_digit()) {
-        format!("127.0.0.1:{value}")
-    } else {
-        value.to_owned()
-    };
-    with_host.parse().map_err(|_| {
-        invalid(
-            "GPUSPAN_PROMETHEUS_ADDR",
-            value,
-            "a port (9464) or an address with a port (127.0.0.1:9464)",
-        )
-    })
-}
-
 fn rank() -> Result<Rank, InitError> {
-    let first = |vars: [&str; 2]| -> Result<Option<i64>, InitError> {
-        for var in vars {
-            if let Some(value) = env_int(var)? {
-                return Ok(Some(value));
-            }
-        }
-        Ok(None)
+    use vars::*;
+    let first = |vars: [&'static str; 2]| -> Result<Option<i64>, InitError> {
+        Ok(layered(None, "", &vars, parse::integer)?.map(|(v, _)| v))
     };
     Ok(Rank {
-        rank: first(["RANK", "SLURM_PROCID"])?,
-        local_rank: first(["LOCAL_RANK", "SLURM_LOCALID"])?,
-        world_size: first(["WORLD_SIZE", "SLURM_NTASKS"])?,
+        rank: first([RANK, SLURM_PROCID])?,
+        local_rank: first([LOCAL_RANK, SLURM_LOCALID])?,
+        world_size: first([WORLD_SIZE, SLURM_NTASKS])?,
     })
 }
 
@@ -371,16 +410,13 @@ fn device_scope(code: &CodeSettings) -> Result<DeviceScope, InitError> {
     if let Some(list) = &code.devices {
         return DeviceScope::parse(list).map_err(|why| invalid("devices", list, why));
     }
-    if let Some(list) = std::env::var("GPUSPAN_DEVICES")
-        .ok()
-        .filter(|v| !v.is_empty())
-    {
-        return DeviceScope::parse(&list).map_err(|why| invalid("GPUSPAN_DEVICES", &list, why));
+    if let Some(list) = env(vars::GPUSPAN_DEVICES) {
+        return DeviceScope::parse(&list).map_err(|why| invalid(vars::GPUSPAN_DEVICES, &list, why));
     }
     // Unlike the others, an empty CUDA_VISIBLE_DEVICES means "no device".
-    match std::env::var("CUDA_VISIBLE_DEVICES") {
+    match std::env::var(vars::CUDA_VISIBLE_DEVICES) {
         Ok(list) => {
-            DeviceScope::parse(&list).map_err(|why| invalid("CUDA_VISIBLE_DEVICES", &list, why))
+            DeviceScope::parse(&list).map_err(|why| invalid(vars::CUDA_VISIBLE_DEVICES, &list, why))
         }
         Err(_) => Ok(DeviceScope::all()),
     }
@@ -388,11 +424,14 @@ fn device_scope(code: &CodeSettings) -> Result<DeviceScope, InitError> {
 
 /// `OTEL_RESOURCE_ATTRIBUTES` (`key=value,key=value`, values percent-encoded), then code.
 fn resource_attributes(code: &CodeSettings) -> Result<Vec<(String, String)>, InitError> {
-    let mut attributes = match env("OTEL_RESOURCE_ATTRIBUTES") {
-        Some(value) => parse_key_values(&value)
-            .map_err(|why| invalid("OTEL_RESOURCE_ATTRIBUTES", &value, why))?,
-        None => Vec::new(),
-    };
+    let mut attributes = layered(
+        None,
+        "",
+        &[vars::OTEL_RESOURCE_ATTRIBUTES],
+        parse::key_values,
+    )?
+    .map(|(v, _)| v)
+    .unwrap_or_default();
     for (key, value) in &code.resource {
         attributes.retain(|(k, _)| k != key);
         attributes.push((key.clone(), value.clone()));
@@ -400,175 +439,77 @@ fn resource_attributes(code: &CodeSettings) -> Result<Vec<(String, String)>, Ini
     Ok(attributes)
 }
 
-/// Parses the W3C-baggage-like lists of `OTEL_RESOURCE_ATTRIBUTES` and `*_HEADERS`.
-pub(crate) fn parse_key_values(text: &str) -> Result<Vec<(String, String)>, String> {
-    let mut pairs = Vec::new();
-    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let Some((key, value)) = item.split_once('=') else {
-            return Err(format!(
-                "'{item}' is not key=value; expected key1=value1,key2=value2"
-            ));
-        };
-        let key = key.trim();
-        if key.is_empty() {
-            return Err(format!("'{item}' has an empty key"));
-        }
-        let value = percent_decode(value.trim())
-            .ok_or_else(|| format!("'{item}' has a broken %-escape in its value"))?;
-        pairs.push((key.to_owned(), value));
-    }
-    Ok(pairs)
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-fn exporter_choice(code: Option<Exporter>, signal: Signal) -> Result<Option<Exporter>, InitError> {
-    if code.is_some() {
-        return Ok(code);
-    }
-    let var = format!("OTEL_{}_EXPORTER", signal.upper());
-    match env(&var) {
-        None => Ok(None),
-        Some(value) => match value.trim() {
-            "otlp" => Ok(Some(Exporter::Otlp)),
-            "console" => Ok(Some(Exporter::Console)),
-            "none" => Ok(Some(Exporter::None)),
-            _ => Err(invalid(&var, &value, "otlp, console or none")),
-        },
-    }
-}
-
 fn destination(code: &CodeSettings, signal: Signal) -> Result<Destination, InitError> {
-    let choice = match signal {
-        Signal::Traces => exporter_choice(code.traces_exporter, signal)?,
-        Signal::Metrics => exporter_choice(code.metrics_exporter, signal)?,
+    let vars = signal.vars();
+    let code_exporter = match signal {
+        Signal::Traces => code.traces_exporter,
+        Signal::Metrics => code.metrics_exporter,
     };
-    let signal_endpoint_var = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.upper());
-    let signal_endpoint = env(&signal_endpoint_var);
-    let base_endpoint =
-        code.endpoint.clone().map(|e| (e, "endpoint")).or_else(|| {
-            env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| (e, "OTEL_EXPORTER_OTLP_ENDPOINT"))
-        });
-    let has_endpoint = signal_endpoint.is_some() || base_endpoint.is_some();
-    let exporter = choice.unwrap_or(if has_endpoint {
-        Exporter::Otlp
-    } else {
-        Exporter::RunDir
-    });
+    let choice = layered(code_exporter, "exporter", &[vars.exporter], parse::exporter)?;
+    let endpoint = layered(
+        code.endpoint.clone(),
+        "endpoint",
+        &vars.endpoint,
+        parse::url,
+    )?;
+    let exporter = match (choice, &endpoint) {
+        (Some((exporter, _)), _) => exporter,
+        (None, Some(_)) => Exporter::Otlp,
+        (None, None) => Exporter::RunDir,
+    };
     match exporter {
         Exporter::Console => return Ok(Destination::Console),
         Exporter::None => return Ok(Destination::None),
         Exporter::RunDir => return Ok(Destination::RunDir),
         Exporter::Otlp => {}
     }
-    let protocol = match code.protocol {
-        Some(protocol) => protocol,
+    let protocol = layered(code.protocol, "protocol", &vars.protocol, parse::protocol)?
+        .map_or(Protocol::HttpProtobuf, |(p, _)| p);
+    let endpoint = match endpoint {
+        // A signal's own variable is the full URL, used as is.
+        Some((url, Origin::Env(var))) if var == vars.endpoint[0] => url,
+        Some((base, _)) => with_signal_path(base, protocol, vars.http_path),
         None => {
-            let signal_var = format!("OTEL_EXPORTER_OTLP_{}_PROTOCOL", signal.upper());
-            match env(&signal_var)
-                .map(|v| (v, signal_var.clone()))
-                .or_else(|| {
-                    env("OTEL_EXPORTER_OTLP_PROTOCOL")
-                        .map(|v| (v, "OTEL_EXPORTER_OTLP_PROTOCOL".to_owned()))
-                }) {
-                None => Protocol::HttpProtobuf,
-                Some((value, var)) => match value.trim() {
-                    "grpc" => Protocol::Grpc,
-                    "http/protobuf" => Protocol::HttpProtobuf,
-                    "http/json" => {
-                        return Err(invalid(
-                            &var,
-                            &value,
-                            "grpc or http/protobuf (http/json is not supported)",
-                        ))
-                    }
-                    _ => return Err(invalid(&var, &value, "grpc or http/protobuf")),
-                },
-            }
+            let base = match protocol {
+                Protocol::Grpc => "http://localhost:4317",
+                Protocol::HttpProtobuf => "http://localhost:4318",
+            };
+            with_signal_path(base.to_owned(), protocol, vars.http_path)
         }
     };
-    let endpoint = match (code.endpoint.is_some(), signal_endpoint) {
-        // A per-signal endpoint from the environment is used as is, unless code set one.
-        (false, Some(endpoint)) => {
-            check_url(&signal_endpoint_var, &endpoint)?;
-            endpoint
-        }
-        _ => {
-            let (base, var) = base_endpoint.unwrap_or_else(|| {
-                let default = match protocol {
-                    Protocol::Grpc => "http://localhost:4317",
-                    Protocol::HttpProtobuf => "http://localhost:4318",
-                };
-                (default.to_owned(), "default")
-            });
-            check_url(var, &base)?;
-            match protocol {
-                Protocol::Grpc => base,
-                Protocol::HttpProtobuf => {
-                    format!("{}{}", base.trim_end_matches('/'), signal.http_path())
-                }
-            }
-        }
-    };
-    let headers_var = format!("OTEL_EXPORTER_OTLP_{}_HEADERS", signal.upper());
-    let mut headers = match env(&headers_var)
-        .map(|v| (v, headers_var.clone()))
-        .or_else(|| {
-            env("OTEL_EXPORTER_OTLP_HEADERS").map(|v| (v, "OTEL_EXPORTER_OTLP_HEADERS".into()))
-        }) {
-        Some((value, var)) => parse_key_values(&value).map_err(|why| invalid(&var, &value, why))?,
-        None => Vec::new(),
-    };
+    // Headers merge by name: the environment's first, then code's over them.
+    let mut headers = layered(None, "", &vars.headers, parse::headers)?
+        .map(|(h, _)| h)
+        .unwrap_or_default();
     for (key, value) in &code.headers {
+        parse::check_header(key, value)
+            .map_err(|why| invalid(&format!("header({key:?})"), value, why))?;
         headers.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
         headers.push((key.clone(), value.clone()));
     }
-    let timeout = match code.timeout {
-        Some(timeout) => timeout,
-        None => {
-            let signal_var = format!("OTEL_EXPORTER_OTLP_{}_TIMEOUT", signal.upper());
-            match env_millis(&signal_var)? {
-                Some(timeout) => timeout,
-                None => {
-                    env_millis("OTEL_EXPORTER_OTLP_TIMEOUT")?.unwrap_or(Duration::from_secs(10))
-                }
-            }
-        }
-    };
+    let timeout = layered(code.timeout, "timeout", &vars.timeout, parse::millis)?
+        .map_or(Duration::from_secs(10), |(t, _)| t);
+    let compression = layered(
+        code.compression,
+        "compression",
+        &vars.compression,
+        parse::compression,
+    )?
+    .map_or(Compression::None, |(c, _)| c);
     Ok(Destination::Otlp(OtlpTarget {
         endpoint,
         protocol,
         headers,
         timeout,
+        compression,
     }))
 }
 
-fn check_url(var: &str, url: &str) -> Result<(), InitError> {
-    let ok =
-        (url.starts_with("http://") || url.starts_with("https://")) && url.len() > "https://".len();
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            var,
-            url,
-            "a URL such as http://localhost:4317 (gRPC) or http://localhost:4318 (HTTP)",
-        ))
+/// OTLP/HTTP appends the signal's path to a base endpoint; gRPC takes it as is.
+fn with_signal_path(base: String, protocol: Protocol, path: &str) -> String {
+    match protocol {
+        Protocol::Grpc => base,
+        Protocol::HttpProtobuf => format!("{}{path}", base.trim_end_matches('/')),
     }
 }
 
@@ -576,45 +517,8 @@ fn check_url(var: &str, url: &str) -> Result<(), InitError> {
 mod tests {
     use super::*;
 
-    /// Every variable this module reads, cleared so the machine's environment cannot leak in.
-    const VARS: &[&str] = &[
-        "OTEL_SDK_DISABLED",
-        "OTEL_SERVICE_NAME",
-        "OTEL_RESOURCE_ATTRIBUTES",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_HEADERS",
-        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-        "OTEL_EXPORTER_OTLP_TIMEOUT",
-        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-        "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
-        "OTEL_TRACES_EXPORTER",
-        "OTEL_METRICS_EXPORTER",
-        "OTEL_METRIC_EXPORT_INTERVAL",
-        "GPUSPAN_SAMPLE_INTERVAL",
-        "GPUSPAN_NVML_LIB",
-        "GPUSPAN_DEVICES",
-        "CUDA_VISIBLE_DEVICES",
-        "GPUSPAN_RUN_DIR",
-        "GPUSPAN_RUN_ID",
-        "TORCHELASTIC_RUN_ID",
-        "SLURM_JOB_ID",
-        "GPUSPAN_PROMETHEUS_ADDR",
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "SLURM_PROCID",
-        "SLURM_LOCALID",
-        "SLURM_NTASKS",
-    ];
-
     fn with_env<R>(vars: &[(&str, &str)], f: impl FnOnce() -> R) -> R {
-        let mut all: Vec<(&str, Option<&str>)> = VARS.iter().map(|v| (*v, None)).collect();
+        let mut all: Vec<(&str, Option<&str>)> = vars::ALL.iter().map(|v| (*v, None)).collect();
         for (key, value) in vars {
             all.retain(|(k, _)| k != key);
             all.push((key, Some(value)));
@@ -832,14 +736,33 @@ mod tests {
     }
 
     #[test]
-    fn durations_take_units() {
-        assert_eq!(parse_duration("5ms"), Some(Duration::from_millis(5)));
-        assert_eq!(parse_duration("500us"), Some(Duration::from_micros(500)));
-        assert_eq!(parse_duration("0.5s"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_duration("7"), Some(Duration::from_millis(7)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("5 parsecs"), None);
-        assert_eq!(parse_duration(""), None);
+    fn an_overflowing_interval_names_the_variable() {
+        let text = error_text(&[("GPUSPAN_SAMPLE_INTERVAL", "99999999999999999999s")]);
+        assert!(text.contains("GPUSPAN_SAMPLE_INTERVAL"), "{text}");
+        assert!(text.contains("99999999999999999999s"), "{text}");
+    }
+
+    #[test]
+    fn compression_is_resolved_per_signal_and_code_wins() {
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "none"),
+        ];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(otlp(&settings.traces).compression, Compression::Gzip);
+        assert_eq!(otlp(&settings.metrics).compression, Compression::None);
+        let code = CodeSettings {
+            compression: Some(Compression::None),
+            ..CodeSettings::default()
+        };
+        let settings = with_env(&env, || resolve(&code)).unwrap();
+        assert_eq!(otlp(&settings.traces).compression, Compression::None);
+        let text = error_text(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd"),
+        ]);
+        assert!(text.contains("OTEL_EXPORTER_OTLP_COMPRESSION") && text.contains("gzip or none"));
     }
 
     #[test]

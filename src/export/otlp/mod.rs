@@ -9,7 +9,13 @@ use opentelemetry_sdk::metrics::Temporality;
 use super::health::ExportHealth;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use super::metrics::CountingMetricExporter;
-use crate::config::{OtlpTarget, Protocol};
+#[allow(unused_imports)]
+use crate::config::{Compression, OtlpTarget, Protocol};
+
+#[cfg(feature = "otlp-grpc")]
+mod grpc;
+#[cfg(feature = "otlp-http")]
+mod http;
 use crate::error::InitError;
 
 /// The private runtime that drives OTLP exports: one worker thread, `gpuspan-export`.
@@ -34,6 +40,50 @@ fn build_error(signal: &'static str, target: &OtlpTarget, error: impl ToString) 
     }
 }
 
+/// Applies `target` to an OTLP exporter builder of either signal: what was resolved is
+/// what goes on the wire. opentelemetry-otlp would merge `OTEL_EXPORTER_OTLP_*HEADERS`
+/// over the headers it is given, so the resolved headers are set again on every request
+/// (an interceptor for gRPC, a client wrapper for HTTP), after anything it added.
+macro_rules! configure {
+    ($builder:expr, $target:expr, $signal:literal) => {{
+        let target: &OtlpTarget = $target;
+        match target.protocol {
+            #[cfg(feature = "otlp-grpc")]
+            Protocol::Grpc => {
+                use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+                let headers =
+                    grpc::metadata(target).map_err(|e| build_error($signal, target, e))?;
+                let builder = $builder
+                    .with_tonic()
+                    .with_endpoint(target.endpoint.clone())
+                    .with_timeout(target.timeout)
+                    .with_interceptor(grpc::OverrideHeaders(headers));
+                let builder = match target.compression {
+                    Compression::Gzip => {
+                        builder.with_compression(opentelemetry_otlp::Compression::Gzip)
+                    }
+                    _ => builder,
+                };
+                builder.build()
+            }
+            #[cfg(feature = "otlp-http")]
+            Protocol::HttpProtobuf => {
+                use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+                let client =
+                    http::WireClient::new(target).map_err(|e| build_error($signal, target, e))?;
+                $builder
+                    .with_http()
+                    .with_endpoint(target.endpoint.clone())
+                    .with_timeout(target.timeout)
+                    .with_http_client(client)
+                    .build()
+            }
+            #[allow(unreachable_patterns)]
+            _ => return Err(not_built(target.protocol)),
+        }
+    }};
+}
+
 /// An OTLP span exporter for `target`.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) fn span_exporter(
@@ -41,74 +91,34 @@ pub(crate) fn span_exporter(
     runtime: &tokio::runtime::Handle,
 ) -> Result<opentelemetry_otlp::SpanExporter, InitError> {
     let _context = runtime.enter();
-    let builder = opentelemetry_otlp::SpanExporter::builder();
-    let exporter = match target.protocol {
-        #[cfg(feature = "otlp-grpc")]
-        Protocol::Grpc => {
-            use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
-            builder
-                .with_tonic()
-                .with_endpoint(target.endpoint.clone())
-                .with_timeout(target.timeout)
-                .with_metadata(metadata(target).map_err(|e| build_error("traces", target, e))?)
-                .build()
-        }
-        #[cfg(feature = "otlp-http")]
-        Protocol::HttpProtobuf => {
-            use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-            builder
-                .with_http()
-                .with_endpoint(target.endpoint.clone())
-                .with_timeout(target.timeout)
-                .with_headers(target.headers.iter().cloned().collect())
-                .build()
-        }
-        #[allow(unreachable_patterns)]
-        _ => return Err(not_built(target.protocol)),
-    };
+    let exporter = configure!(
+        opentelemetry_otlp::SpanExporter::builder(),
+        target,
+        "traces"
+    );
     exporter.map_err(|e| build_error("traces", target, e))
 }
 
-/// An OTLP metric exporter for `target`, counting what it fails to send.
+/// An OTLP metric exporter for `target`, retrying and counting what it sends.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) fn metric_exporter(
     target: &OtlpTarget,
     runtime: &tokio::runtime::Handle,
     health: Arc<ExportHealth>,
+    retry_for: std::time::Duration,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<CountingMetricExporter<opentelemetry_otlp::MetricExporter>, InitError> {
     let _context = runtime.enter();
-    let builder = opentelemetry_otlp::MetricExporter::builder();
-    let exporter = match target.protocol {
-        #[cfg(feature = "otlp-grpc")]
-        Protocol::Grpc => {
-            use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
-            builder
-                .with_tonic()
-                .with_endpoint(target.endpoint.clone())
-                .with_timeout(target.timeout)
-                .with_metadata(metadata(target).map_err(|e| build_error("metrics", target, e))?)
-                .with_temporality(Temporality::Cumulative)
-                .build()
-        }
-        #[cfg(feature = "otlp-http")]
-        Protocol::HttpProtobuf => {
-            use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-            builder
-                .with_http()
-                .with_endpoint(target.endpoint.clone())
-                .with_timeout(target.timeout)
-                .with_headers(target.headers.iter().cloned().collect())
-                .with_temporality(Temporality::Cumulative)
-                .build()
-        }
-        #[allow(unreachable_patterns)]
-        _ => return Err(not_built(target.protocol)),
-    };
+    let builder =
+        opentelemetry_otlp::MetricExporter::builder().with_temporality(Temporality::Cumulative);
+    let exporter = configure!(builder, target, "metrics");
     let exporter = exporter.map_err(|e| build_error("metrics", target, e))?;
     Ok(CountingMetricExporter::new(
         exporter,
         Some(runtime.clone()),
         health,
+        retry_for,
+        stopping,
     ))
 }
 
@@ -126,20 +136,6 @@ fn not_built(protocol: Protocol) -> InitError {
     }
 }
 
-#[cfg(feature = "otlp-grpc")]
-fn metadata(target: &OtlpTarget) -> Result<tonic::metadata::MetadataMap, String> {
-    use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
-    let mut map = MetadataMap::new();
-    for (key, value) in &target.headers {
-        let key = MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
-            .map_err(|_| format!("'{key}' is not a valid header name"))?;
-        let value = MetadataValue::try_from(value.as_str())
-            .map_err(|_| format!("the value of header '{key}' is not valid ASCII"))?;
-        map.insert(key, value);
-    }
-    Ok(map)
-}
-
 /// Without a transport, asking for OTLP is an error naming the feature to enable.
 #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
 pub(crate) fn span_exporter(
@@ -155,6 +151,8 @@ pub(crate) fn metric_exporter(
     target: &OtlpTarget,
     _runtime: &tokio::runtime::Handle,
     _health: Arc<ExportHealth>,
+    _retry_for: std::time::Duration,
+    _stopping: Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<unbuilt::Unbuilt, InitError> {
     Err(not_built(target.protocol))
 }

@@ -1,0 +1,113 @@
+//! Every environment variable gpuspan reads, by name, so each can be found with grep.
+
+/// `true` turns gpuspan off.
+pub(crate) const OTEL_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+/// `service.name`.
+pub(crate) const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+/// Extra resource attributes, `key=value,...`.
+pub(crate) const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+
+/// OTLP settings for every signal.
+pub(crate) const OTEL_EXPORTER_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub(crate) const OTEL_EXPORTER_OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+pub(crate) const OTEL_EXPORTER_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+pub(crate) const OTEL_EXPORTER_OTLP_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+pub(crate) const OTEL_EXPORTER_OTLP_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+
+/// OTLP settings for traces only (they beat the ones for every signal).
+pub(crate) const OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+pub(crate) const OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
+pub(crate) const OTEL_EXPORTER_OTLP_TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+pub(crate) const OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+pub(crate) const OTEL_EXPORTER_OTLP_TRACES_COMPRESSION: &str =
+    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION";
+
+/// OTLP settings for metrics only (they beat the ones for every signal).
+pub(crate) const OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
+pub(crate) const OTEL_EXPORTER_OTLP_METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
+pub(crate) const OTEL_EXPORTER_OTLP_METRICS_HEADERS: &str = "OTEL_EXPORTER_OTLP_METRICS_HEADERS";
+pub(crate) const OTEL_EXPORTER_OTLP_METRICS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT";
+pub(crate) const OTEL_EXPORTER_OTLP_METRICS_COMPRESSION: &str =
+    "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION";
+
+/// `otlp`, `console` or `none`, per signal.
+pub(crate) const OTEL_TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+pub(crate) const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+/// Milliseconds between metric exports.
+pub(crate) const OTEL_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+
+/// The sampler's interval (`5ms`).
+pub(crate) const GPUSPAN_SAMPLE_INTERVAL: &str = "GPUSPAN_SAMPLE_INTERVAL";
+/// Path of `libnvidia-ml.so.1`.
+pub(crate) const GPUSPAN_NVML_LIB: &str = "GPUSPAN_NVML_LIB";
+/// Devices in scope (indexes or UUIDs).
+pub(crate) const GPUSPAN_DEVICES: &str = "GPUSPAN_DEVICES";
+/// The devices CUDA sees; used for the scope when `GPUSPAN_DEVICES` is unset.
+pub(crate) const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// Parent of run directories.
+pub(crate) const GPUSPAN_RUN_DIR: &str = "GPUSPAN_RUN_DIR";
+/// The run's id.
+pub(crate) const GPUSPAN_RUN_ID: &str = "GPUSPAN_RUN_ID";
+/// Run ids set by launchers.
+pub(crate) const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
+pub(crate) const SLURM_JOB_ID: &str = "SLURM_JOB_ID";
+/// Serve a Prometheus scrape endpoint.
+pub(crate) const GPUSPAN_PROMETHEUS_ADDR: &str = "GPUSPAN_PROMETHEUS_ADDR";
+/// How many completed spans may wait for the destination (an outage's buffer).
+pub(crate) const GPUSPAN_EXPORT_QUEUE: &str = "GPUSPAN_EXPORT_QUEUE";
+
+/// Position in a distributed run, as torchrun and SLURM set it.
+pub(crate) const RANK: &str = "RANK";
+pub(crate) const LOCAL_RANK: &str = "LOCAL_RANK";
+pub(crate) const WORLD_SIZE: &str = "WORLD_SIZE";
+pub(crate) const SLURM_PROCID: &str = "SLURM_PROCID";
+pub(crate) const SLURM_LOCALID: &str = "SLURM_LOCALID";
+pub(crate) const SLURM_NTASKS: &str = "SLURM_NTASKS";
+
+/// The filter of the event (log) layer `install()` adds.
+pub(crate) const RUST_LOG: &str = "RUST_LOG";
+/// Where `nvidia-smi` is looked for.
+pub(crate) const PATH: &str = "PATH";
+
+/// Every variable above, for tests that clear the environment.
+#[cfg(test)]
+pub(crate) const ALL: &[&str] = &[
+    OTEL_SDK_DISABLED,
+    OTEL_SERVICE_NAME,
+    OTEL_RESOURCE_ATTRIBUTES,
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_PROTOCOL,
+    OTEL_EXPORTER_OTLP_HEADERS,
+    OTEL_EXPORTER_OTLP_TIMEOUT,
+    OTEL_EXPORTER_OTLP_COMPRESSION,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_EXPORTER_OTLP_TRACES_HEADERS,
+    OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+    OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+    OTEL_EXPORTER_OTLP_METRICS_HEADERS,
+    OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
+    OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
+    OTEL_TRACES_EXPORTER,
+    OTEL_METRICS_EXPORTER,
+    OTEL_METRIC_EXPORT_INTERVAL,
+    GPUSPAN_SAMPLE_INTERVAL,
+    GPUSPAN_NVML_LIB,
+    GPUSPAN_DEVICES,
+    CUDA_VISIBLE_DEVICES,
+    GPUSPAN_RUN_DIR,
+    GPUSPAN_RUN_ID,
+    TORCHELASTIC_RUN_ID,
+    SLURM_JOB_ID,
+    GPUSPAN_PROMETHEUS_ADDR,
+    GPUSPAN_EXPORT_QUEUE,
+    RANK,
+    LOCAL_RANK,
+    WORLD_SIZE,
+    SLURM_PROCID,
+    SLURM_LOCALID,
+    SLURM_NTASKS,
+    RUST_LOG,
+];

@@ -1,0 +1,71 @@
+//! The HTTP client under OTLP/HTTP: reqwest, with the resolved timeout, headers and
+//! compression applied to every request after opentelemetry-otlp built it, so nothing it
+//! read from the environment can override what was resolved.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_ENCODING};
+use http::{Request, Response};
+use opentelemetry_http::{HttpClient, HttpError};
+
+use crate::config::{Compression, OtlpTarget};
+
+/// See the module docs.
+#[derive(Debug)]
+pub(super) struct WireClient {
+    client: reqwest::Client,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    gzip: bool,
+}
+
+impl WireClient {
+    pub(super) fn new(target: &OtlpTarget) -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .timeout(target.timeout)
+            .connect_timeout(target.timeout.min(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let headers = target
+            .headers
+            .iter()
+            .map(|(key, value)| {
+                let name = HeaderName::from_bytes(key.as_bytes())
+                    .map_err(|_| format!("'{key}' is not a valid header name"))?;
+                let value = HeaderValue::from_str(value)
+                    .map_err(|_| format!("the value of header '{key}' is not valid"))?;
+                Ok((name, value))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Self {
+            client,
+            headers,
+            gzip: target.compression == Compression::Gzip,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpClient for WireClient {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let (mut parts, body) = request.into_parts();
+        for (name, value) in &self.headers {
+            parts.headers.insert(name.clone(), value.clone());
+        }
+        let body = if self.gzip && !parts.headers.contains_key(CONTENT_ENCODING) {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            encoder.write_all(&body)?;
+            parts
+                .headers
+                .insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            Bytes::from(encoder.finish()?)
+        } else {
+            body
+        };
+        self.client
+            .send_bytes(Request::from_parts(parts, body))
+            .await
+    }
+}

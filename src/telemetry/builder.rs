@@ -1,0 +1,212 @@
+//! The builder: settings in code (they beat the environment), then `install()` or
+//! `build()`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::Layer;
+
+use super::{Inner, Telemetry};
+use crate::config::{self, CodeSettings, Compression, Exporter, Protocol};
+use crate::error::InitError;
+use crate::source::MemorySource;
+
+/// Configures gpuspan in code; a value set here beats the environment variable.
+#[derive(Default)]
+#[must_use = "a builder does nothing until `install()` or `build()`"]
+pub struct Builder {
+    code: CodeSettings,
+    source: Option<Box<dyn MemorySource>>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("settings", &self.code)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl Builder {
+    /// `service.name` (else `OTEL_SERVICE_NAME`, else `unknown_service:<executable>`).
+    pub fn service_name(mut self, name: impl Into<String>) -> Self {
+        self.code.service_name = Some(name.into());
+        self
+    }
+
+    /// Adds a resource attribute (beats `OTEL_RESOURCE_ATTRIBUTES`).
+    pub fn resource_attribute(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.code.resource.push((key.into(), value.into()));
+        self
+    }
+
+    /// How often the sampler reads memory (else `GPUSPAN_SAMPLE_INTERVAL`, else 5 ms).
+    /// A spike that lasts two intervals is always in the peak.
+    pub fn sample_interval(mut self, interval: Duration) -> Self {
+        self.code.sample_interval = Some(interval);
+        self
+    }
+
+    /// Path of `libnvidia-ml.so` (else `GPUSPAN_NVML_LIB`, else the system's).
+    pub fn nvml_lib(mut self, path: impl Into<PathBuf>) -> Self {
+        self.code.nvml_lib = Some(path.into());
+        self
+    }
+
+    /// Devices to measure, as NVML indexes or `GPU-...` UUIDs separated by commas (else
+    /// `GPUSPAN_DEVICES`, else `CUDA_VISIBLE_DEVICES`, else all).
+    pub fn devices(mut self, list: impl Into<String>) -> Self {
+        self.code.devices = Some(list.into());
+        self
+    }
+
+    /// Reads GPU memory from `source` instead of NVML.
+    pub fn memory_source(mut self, source: impl MemorySource) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// Parent of run directories (else `GPUSPAN_RUN_DIR`, else `gpuspan-runs`).
+    pub fn run_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.code.run_dir = Some(dir.into());
+        self
+    }
+
+    /// `ml.run.id` and the run directory's name (else `GPUSPAN_RUN_ID`, else
+    /// `TORCHELASTIC_RUN_ID`, else `SLURM_JOB_ID`, else date, time and pid).
+    pub fn run_id(mut self, id: impl Into<String>) -> Self {
+        self.code.run_id = Some(id.into());
+        self
+    }
+
+    /// OTLP endpoint for every signal (else `OTEL_EXPORTER_OTLP_ENDPOINT`). Setting one
+    /// sends traces and metrics over OTLP instead of to the run directory.
+    pub fn endpoint(mut self, url: impl Into<String>) -> Self {
+        self.code.endpoint = Some(url.into());
+        self
+    }
+
+    /// OTLP transport (else `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf`).
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.code.protocol = Some(protocol);
+        self
+    }
+
+    /// Adds an OTLP request header (beats `OTEL_EXPORTER_OTLP_HEADERS`).
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.code.headers.push((key.into(), value.into()));
+        self
+    }
+
+    /// Export timeout (else `OTEL_EXPORTER_OTLP_TIMEOUT`, else 10 s). Shutdown waits at
+    /// most this long for what is still undelivered.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.code.timeout = Some(timeout);
+        self
+    }
+
+    /// OTLP request compression (else `OTEL_EXPORTER_OTLP_COMPRESSION`, else none).
+    pub fn compression(mut self, compression: Compression) -> Self {
+        self.code.compression = Some(compression);
+        self
+    }
+
+    /// How many completed spans may wait while the destination is unreachable (else
+    /// `GPUSPAN_EXPORT_QUEUE`, else 65,536). An outage shorter than that loses nothing;
+    /// past it the oldest spans are given up and counted.
+    pub fn export_queue(mut self, spans: usize) -> Self {
+        self.code.export_queue = Some(spans);
+        self
+    }
+
+    /// Where spans go (else `OTEL_TRACES_EXPORTER`).
+    pub fn traces_exporter(mut self, exporter: Exporter) -> Self {
+        self.code.traces_exporter = Some(exporter);
+        self
+    }
+
+    /// Where metrics go (else `OTEL_METRICS_EXPORTER`).
+    pub fn metrics_exporter(mut self, exporter: Exporter) -> Self {
+        self.code.metrics_exporter = Some(exporter);
+        self
+    }
+
+    /// How often metrics are exported (else `OTEL_METRIC_EXPORT_INTERVAL`, else 60 s).
+    pub fn metric_export_interval(mut self, interval: Duration) -> Self {
+        self.code.metric_interval = Some(interval);
+        self
+    }
+
+    /// Serves a Prometheus scrape endpoint (else `GPUSPAN_PROMETHEUS_ADDR`).
+    pub fn prometheus_addr(mut self, addr: SocketAddr) -> Self {
+        self.code.prometheus_addr = Some(addr);
+        self
+    }
+
+    /// Turns everything off (else `OTEL_SDK_DISABLED`): spans cost next to nothing and
+    /// nothing is recorded.
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.code.disabled = Some(disabled);
+        self
+    }
+
+    /// Whether shutdown prints the per-epoch table of a run directory (default: yes).
+    pub fn summary(mut self, print: bool) -> Self {
+        self.code.summary = Some(print);
+        self
+    }
+
+    /// Whether `install()` flushes completed spans on SIGINT and SIGTERM (default: yes).
+    /// The program's own handlers still run and decide; with none, the signal then ends the
+    /// process as usual. The flush takes at most the export timeout.
+    pub fn flush_on_signal(mut self, flush: bool) -> Self {
+        self.code.flush_on_signal = Some(flush);
+        self
+    }
+
+    /// Sets everything up and installs a global tracing subscriber: gpuspan's layer plus a
+    /// `fmt` layer for events, filtered by `RUST_LOG` (errors only when unset). Also sets
+    /// the global OTel tracer and meter providers, and flushes on SIGINT and SIGTERM.
+    ///
+    /// # Errors
+    /// See [`InitError`]; [`InitError::AlreadyInstalled`] if a global subscriber exists
+    /// (then use [`Builder::build`] and [`Telemetry::layer`]).
+    pub fn install(self) -> Result<Telemetry, InitError> {
+        if tracing::dispatcher::has_been_set() {
+            return Err(InitError::AlreadyInstalled);
+        }
+        let telemetry = self.build()?;
+        let filter = telemetry
+            .log_filter()
+            .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+            .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("error"));
+        let events = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter);
+        let subscriber = tracing_subscriber::registry()
+            .with(telemetry.layer())
+            .with(events);
+        tracing::subscriber::set_global_default(subscriber)
+            .map_err(|_| InitError::AlreadyInstalled)?;
+        telemetry.install_globals()?;
+        Ok(telemetry)
+    }
+
+    /// Sets everything up without touching global state; add [`Telemetry::layer`] to your
+    /// own subscriber.
+    ///
+    /// # Errors
+    /// See [`InitError`].
+    pub fn build(self) -> Result<Telemetry, InitError> {
+        let settings = config::resolve(&self.code)?;
+        if settings.disabled {
+            return Ok(Telemetry { inner: None });
+        }
+        Inner::start(settings, self.source).map(|inner| Telemetry {
+            inner: Some(Box::new(inner)),
+        })
+    }
+}

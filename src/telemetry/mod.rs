@@ -1,0 +1,384 @@
+//! Setting up and shutting down: `init()`, the [`Telemetry`] guard, and what it holds.
+
+mod builder;
+mod pipeline;
+mod shutdown;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use tracing_subscriber::Layer;
+
+pub use builder::Builder;
+
+use crate::config::{Destination, Settings};
+use crate::error::{InitError, ShutdownError};
+use crate::export::health::{ExportCounts, ExportHealth};
+use crate::export::queue::QueueConfig;
+use crate::export::tap::SpanTap;
+use crate::layer::{GpuspanLayer, LayerState};
+use crate::metrics::Durations;
+use crate::runlog::SummaryTap;
+use crate::sampler::{Sampler, SamplerStats};
+use crate::source::MemorySource;
+use pipeline::Pipes;
+
+/// Sets gpuspan up from the environment and installs it as the global tracing subscriber.
+///
+/// The same as `Telemetry::builder().install()`: see [`Builder`] for the settings and the
+/// environment variables they read.
+///
+/// # Errors
+/// A setting that does not parse, a global subscriber already installed, or a run
+/// directory or exporter that cannot be set up. See [`InitError`].
+pub fn init() -> Result<Telemetry, InitError> {
+    Telemetry::builder().install()
+}
+
+/// One device's latest reading: see [`Telemetry::devices`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DeviceMemory {
+    /// Which device.
+    pub device: crate::source::Device,
+    /// Memory in use, in bytes.
+    pub used: Option<u64>,
+    /// Memory installed, in bytes.
+    pub total: Option<u64>,
+    /// Fraction of time the GPU was busy (0 to 1).
+    pub utilization: Option<f64>,
+}
+
+/// The running telemetry: sampler, exporters and providers. Dropping it flushes and shuts
+/// down; [`Telemetry::shutdown`] does the same and reports what went wrong.
+#[derive(Debug)]
+#[must_use = "dropping Telemetry shuts it down at once"]
+pub struct Telemetry {
+    inner: Option<Box<Inner>>,
+}
+
+struct Inner {
+    settings: Settings,
+    sampler: Sampler,
+    state: Arc<LayerState>,
+    tracer: SdkTracer,
+    tracer_provider: SdkTracerProvider,
+    meter_provider: SdkMeterProvider,
+    runtime: Option<tokio::runtime::Runtime>,
+    health: Vec<Arc<ExportHealth>>,
+    run_dir: Option<PathBuf>,
+    prometheus: Option<PrometheusEndpoint>,
+    /// The epoch table, kept by a span tap as spans are exported.
+    epochs: SummaryTap,
+    /// Set at shutdown.
+    stopping: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("run_id", &self.settings.run_id)
+            .field("traces", &self.settings.traces)
+            .field("metrics", &self.settings.metrics)
+            .field("run_dir", &self.run_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// Starts configuring gpuspan in code.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// The tracing layer to add to your own subscriber (`None`, a no-op layer, when
+    /// disabled). Spans opened by the macros under a subscriber with this layer record
+    /// memory and are exported.
+    pub fn layer<S>(&self) -> Option<impl Layer<S> + 'static>
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        let inner = self.inner.as_ref()?;
+        Some(GpuspanLayer::new(
+            inner.tracer.clone(),
+            Arc::clone(&inner.state),
+        ))
+    }
+
+    /// `ml.run.id` of this run (`None` when disabled).
+    pub fn run_id(&self) -> Option<&str> {
+        self.inner.as_ref().map(|i| i.settings.run_id.as_str())
+    }
+
+    /// The run directory, when traces or metrics are written to one.
+    pub fn run_dir(&self) -> Option<&Path> {
+        self.inner.as_ref()?.run_dir.as_deref()
+    }
+
+    /// `gpu.memory.source`: `nvml`, `nvidia-smi`, the custom source's name, or `none`.
+    pub fn memory_source(&self) -> Option<&str> {
+        self.inner.as_ref().map(|i| i.state.shared.source_name())
+    }
+
+    /// The address the Prometheus endpoint listens on, when one was asked for.
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "prometheus")]
+        {
+            self.inner.as_ref()?.prometheus.as_ref().map(|p| p.addr())
+        }
+        #[cfg(not(feature = "prometheus"))]
+        {
+            None
+        }
+    }
+
+    /// Every device in scope with its latest reading (no device is read by this call).
+    pub fn devices(&self) -> Vec<DeviceMemory> {
+        let Some(inner) = &self.inner else {
+            return Vec::new();
+        };
+        let shared = &inner.state.shared;
+        shared
+            .devices()
+            .iter()
+            .enumerate()
+            .map(|(i, device)| DeviceMemory {
+                device: device.clone(),
+                used: shared.latest(crate::sampler::figure::DEVICE0 + i),
+                total: shared.total(i),
+                utilization: shared.utilization(i),
+            })
+            .collect()
+    }
+
+    /// How the sampler kept its schedule so far.
+    pub fn sampler_stats(&self) -> Option<SamplerStats> {
+        self.inner.as_ref().map(|i| i.state.shared.stats())
+    }
+
+    /// Exports everything recorded so far without shutting down, waiting at most the
+    /// export timeout; traces and metrics are flushed side by side.
+    ///
+    /// # Errors
+    /// The SDK's flush error, for example a timeout while the destination is unreachable
+    /// (the spans stay queued and are retried).
+    pub fn flush(&self) -> Result<(), ShutdownError> {
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        let timeout = inner.export_timeout();
+        // Metrics flush on a thread of their own, waited for at most the export timeout:
+        // a metric export may be retrying while the collector is down.
+        let meter_provider = inner.meter_provider.clone();
+        let (done, metrics_done) = std::sync::mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new()
+            .name("gpuspan-flush".into())
+            .spawn(move || {
+                let _ = done.send(meter_provider.force_flush());
+            });
+        let traces = inner.tracer_provider.force_flush();
+        let metrics = match spawned {
+            Ok(_) => metrics_done
+                .recv_timeout(timeout + std::time::Duration::from_millis(500))
+                .unwrap_or(Err(opentelemetry_sdk::error::OTelSdkError::Timeout(
+                    timeout,
+                ))),
+            Err(e) => Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                e.to_string(),
+            )),
+        };
+        traces
+            .and(metrics)
+            .map_err(|e| ShutdownError::Sdk(e.to_string()))
+    }
+
+    /// Spans produced, delivered and lost so far (`delivered + lost + pending ==
+    /// produced`). After [`Telemetry::shutdown`] nothing is pending.
+    pub fn span_counts(&self) -> ExportCounts {
+        self.inner
+            .as_ref()
+            .map_or_else(ExportCounts::default, |i| i.counts("span"))
+    }
+
+    /// Metric data points produced, delivered and lost so far.
+    pub fn point_counts(&self) -> ExportCounts {
+        self.inner
+            .as_ref()
+            .map_or_else(ExportCounts::default, |i| i.counts("metric point"))
+    }
+
+    /// The event layer's filter `install()` uses (`RUST_LOG`, checked).
+    pub(crate) fn log_filter(&self) -> Option<&str> {
+        self.inner.as_ref()?.settings.log_filter.as_deref()
+    }
+
+    /// Sets the global OTel providers and the signal handler: `install()`'s global part.
+    pub(crate) fn install_globals(&self) -> Result<(), InitError> {
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        opentelemetry::global::set_tracer_provider(inner.tracer_provider.clone());
+        opentelemetry::global::set_meter_provider(inner.meter_provider.clone());
+        if inner.settings.flush_on_signal {
+            crate::signals::flush_on_signal(
+                inner.tracer_provider.clone(),
+                inner.meter_provider.clone(),
+                crate::signals::flush_bound(&inner.settings),
+            )
+            .map_err(|source| InitError::Thread {
+                what: "signal",
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Flushes, stops the sampler and exporters, and prints the run directory's summary.
+    ///
+    /// # Errors
+    /// [`ShutdownError::Dropped`] when spans or points were lost (the destination was
+    /// down or too slow); everything else was exported first.
+    pub fn shutdown(mut self) -> Result<(), ShutdownError> {
+        match self.inner.take() {
+            Some(inner) => inner.shutdown(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            // Never panics (no unwrap, no thread whose spawn can fail unchecked, writes that
+            // ignore a closed stderr), so a drop during a panic's unwinding cannot abort.
+            if let Err(error) = inner.shutdown() {
+                let _ = writeln!(std::io::stderr(), "gpuspan: {error}");
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn start(
+        settings: Settings,
+        custom_source: Option<Box<dyn MemorySource>>,
+    ) -> Result<Self, InitError> {
+        let source = custom_source.or_else(|| crate::source::choose::open_gpu_source(&settings));
+        let sampler =
+            Sampler::start(source, settings.sample_interval, Vec::new()).map_err(|source| {
+                InitError::Thread {
+                    what: "sampler",
+                    source,
+                }
+            })?;
+        let resource = crate::resource::build(&settings);
+
+        let uses_run_dir = [&settings.traces, &settings.metrics]
+            .iter()
+            .any(|d| matches!(d, Destination::RunDir));
+        let run_dir = if uses_run_dir {
+            let dir = settings.run_dir();
+            std::fs::create_dir_all(&dir).map_err(|source| InitError::RunDir {
+                path: dir.clone(),
+                source,
+            })?;
+            Some(dir)
+        } else {
+            None
+        };
+        let stopping = Arc::new(AtomicBool::new(false));
+        let mut pipes = Pipes {
+            runtime: None,
+            run_dir: run_dir.as_deref(),
+            health: Vec::new(),
+            stopping: Arc::clone(&stopping),
+        };
+        let meter_provider =
+            pipes.meter_provider(&settings.metrics, &resource, settings.metric_interval)?;
+        let prometheus = match settings.prometheus_addr {
+            Some(addr) => Some(start_prometheus(addr, resource.clone())?),
+            None => None,
+        };
+        let mut durations = Durations::default();
+        #[allow(unused_mut)]
+        let mut providers = vec![&meter_provider];
+        #[cfg(feature = "prometheus")]
+        providers.extend(prometheus.as_ref().map(|p| &p.provider));
+        for provider in providers {
+            let meter = opentelemetry::metrics::MeterProvider::meter(provider, "gpuspan");
+            crate::metrics::register_gauges(&meter, sampler.shared());
+            durations.register(&meter);
+        }
+        let epochs = SummaryTap::default();
+        let mut taps: Vec<Box<dyn SpanTap>> = vec![Box::new(durations)];
+        if settings.traces == Destination::RunDir {
+            taps.push(Box::new(epochs.clone()));
+        }
+        let queue = QueueConfig {
+            capacity: settings.export_queue,
+            ..QueueConfig::default()
+        };
+        let tracer_provider = pipes.tracer_provider(&settings.traces, &resource, queue, taps)?;
+        let tracer = tracer_provider.tracer("gpuspan");
+        let Pipes {
+            runtime, health, ..
+        } = pipes;
+        let state = Arc::new(LayerState {
+            shared: Arc::clone(sampler.shared()),
+        });
+        Ok(Self {
+            settings,
+            sampler,
+            state,
+            tracer,
+            tracer_provider,
+            meter_provider,
+            runtime,
+            health,
+            run_dir,
+            prometheus,
+            epochs,
+            stopping,
+        })
+    }
+}
+
+#[cfg(feature = "prometheus")]
+use crate::export::prometheus::PrometheusEndpoint;
+
+#[cfg(feature = "prometheus")]
+fn start_prometheus(
+    addr: SocketAddr,
+    resource: opentelemetry_sdk::Resource,
+) -> Result<PrometheusEndpoint, InitError> {
+    PrometheusEndpoint::start(addr, resource)
+}
+
+/// Stands in for the endpoint in builds without the `prometheus` feature.
+#[cfg(not(feature = "prometheus"))]
+#[derive(Debug)]
+struct PrometheusEndpoint;
+
+#[cfg(not(feature = "prometheus"))]
+impl PrometheusEndpoint {
+    fn stop(&mut self) {}
+}
+
+#[cfg(not(feature = "prometheus"))]
+fn start_prometheus(
+    addr: SocketAddr,
+    _resource: opentelemetry_sdk::Resource,
+) -> Result<PrometheusEndpoint, InitError> {
+    Err(InitError::Prometheus {
+        addr,
+        reason:
+            "this build leaves out the Prometheus endpoint: enable gpuspan's `prometheus` feature"
+                .into(),
+    })
+}

@@ -1,0 +1,38 @@
+//! What gpuspan's integration tests share: a fake NVML library read through the real
+//! `nvml-wrapper`, an in-process OTLP receiver, the third-party servers the collector tests
+//! start, and helpers to run the `train` example and gpuspan's sampler.
+//!
+//! A crate of its own so that it is compiled once, not once per test binary.
+
+use std::path::{Path, PathBuf};
+
+pub mod example;
+pub mod fake_nvml;
+pub mod go_stack;
+pub mod http;
+pub mod jaeger_api;
+pub mod mlflow;
+pub mod prometheus_text;
+pub mod receiver;
+pub mod rotel_debug;
+pub mod sampling;
+pub mod scripted;
+pub mod servers;
+pub mod setup;
+pub mod signalled;
+
+/// The repository root, where the test data and scripts are.
+pub fn repo_root() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // This crate lives at `tests/support`.
+    manifest.parent().and_then(Path::parent).unwrap_or(manifest)
+}
+
+/// A directory for files the tests build (`<target>/tmp`, as Cargo's `CARGO_TARGET_TMPDIR`
+/// for integration tests), found from the running test binary at `<target>/<profile>/deps/`.
+pub fn target_tmp_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.join("tmp")))
+        .unwrap_or_else(std::env::temp_dir)
+}

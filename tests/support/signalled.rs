@@ -1,0 +1,206 @@
+//! Running the `checkpoint_on_sigterm` example as a separate process and signalling it.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The example `cargo test` built next to the test binaries.
+fn binary() -> PathBuf {
+    let deps = std::env::current_exe().unwrap();
+    let profile_dir = deps.parent().unwrap().parent().unwrap();
+    let binary = profile_dir.join("examples").join("checkpoint_on_sigterm");
+    assert!(
+        binary.exists(),
+        "{} is missing: run the tests with `cargo test`, which builds the examples",
+        binary.display()
+    );
+    binary
+}
+
+/// The running example, its stdout lines and its checkpoint path.
+pub struct Program {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    dir: tempfile::TempDir,
+    pub stderr: Arc<std::sync::Mutex<String>>,
+}
+
+impl Program {
+    /// Starts the example with `--handler handler` and `extra` arguments, every gpuspan
+    /// and OTel variable of the test process cleared, then `envs` set.
+    pub fn start(handler: &str, extra: &[&str], envs: &[(&str, &str)]) -> Program {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint = dir.path().join("checkpoint.txt");
+        let mut command = Command::new(binary());
+        command
+            .args(["--handler", handler, "--checkpoint"])
+            .arg(&checkpoint)
+            .args(extra);
+        for (key, _) in std::env::vars() {
+            if key.starts_with("OTEL_") || key.starts_with("GPUSPAN_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .env("GPUSPAN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+            .env("GPUSPAN_RUN_DIR", dir.path().join("runs"))
+            .env("GPUSPAN_RUN_ID", "run")
+            .envs(envs.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("the example starts");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+        let errors = child.stderr.take().unwrap();
+        let sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(errors).lines() {
+                let Ok(line) = line else { break };
+                let mut all = sink.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+            }
+        });
+        Program {
+            child,
+            lines,
+            dir,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Reads stdout until a line starts with `prefix`; fails after `timeout`.
+    pub fn wait_for_line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no line starting with {prefix:?} within {timeout:?}; stderr:\n{}",
+                    self.stderr.lock().unwrap()
+                ),
+            }
+        }
+    }
+
+    /// Sends `signal` to the example.
+    pub fn signal(&self, signal: i32) {
+        send(self.pid(), signal);
+    }
+
+    /// Waits for the example to end; fails after `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the example still runs {timeout:?} after the signal; stderr:\n{}",
+                self.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// What the example's handler wrote, if it ran.
+    pub fn checkpoint(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.path().join("checkpoint.txt")).ok()
+    }
+
+    /// The run directory (used when no OTLP endpoint is set).
+    pub fn run_dir(&self) -> PathBuf {
+        self.dir.path().join("runs").join("run")
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            send(self.pid(), libc::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Sends `signal` to the process `pid`.
+pub fn send(pid: i32, signal: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    let rc = unsafe { libc::kill(pid, signal) };
+    assert_eq!(rc, 0, "kill({pid}, {signal})");
+}
+
+/// The signal that ended a process, if one did.
+pub fn killed_by(status: ExitStatus) -> Option<i32> {
+    status.signal()
+}
+
+/// A collector that accepts connections and never answers on them.
+pub struct SilentCollector {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SilentCollector {
+    pub fn start() -> SilentCollector {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Ok(stream) = stream {
+                    held.push(stream);
+                }
+            }
+        });
+        SilentCollector {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for SilentCollector {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the stop flag.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
