@@ -213,11 +213,46 @@ fn the_default_configuration_sends_to_jaeger_tempo_and_prometheus_only() {
             "prometheus".into()
         ])
     );
-    assert_eq!(
-        config["exporters"]["otlp/jaeger"]["endpoint"],
-        "jaeger:4317"
-    );
-    assert_eq!(config["exporters"]["otlp/tempo"]["endpoint"], "tempo:4317");
+    // Addresses come from variables (tests point them at their own servers); the defaults
+    // are the compose stack's.
+    for (path, variable, default) in [
+        (
+            &config["exporters"]["otlp/jaeger"],
+            "JAEGER_ENDPOINT",
+            "jaeger:4317",
+        ),
+        (
+            &config["exporters"]["otlp/tempo"],
+            "TEMPO_ENDPOINT",
+            "tempo:4317",
+        ),
+        (
+            &config["exporters"]["prometheus"],
+            "PROMETHEUS_LISTEN",
+            "0.0.0.0:8889",
+        ),
+        (
+            &config["receivers"]["otlp"]["protocols"]["grpc"],
+            "OTLP_GRPC_LISTEN",
+            "0.0.0.0:4317",
+        ),
+        (
+            &config["receivers"]["otlp"]["protocols"]["http"],
+            "OTLP_HTTP_LISTEN",
+            "0.0.0.0:4318",
+        ),
+        (
+            &config["extensions"]["health_check"],
+            "HEALTH_CHECK_LISTEN",
+            "0.0.0.0:13133",
+        ),
+    ] {
+        assert_eq!(
+            path["endpoint"],
+            format!("${{env:{variable}:-{default}}}").as_str(),
+            "otelcol.yaml: {variable} with the compose stack's address as its default"
+        );
+    }
     let pipelines = &config["service"]["pipelines"];
     assert_eq!(
         names(pipelines["traces"].get("exporters")),

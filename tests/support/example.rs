@@ -23,6 +23,11 @@ pub fn train_binary() -> PathBuf {
 /// Runs `train` with `args` and `envs`, with every gpuspan and OTel variable of the test
 /// process cleared first.
 pub fn run_train(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    train_command(args, envs).output().expect("train runs")
+}
+
+/// The command [`run_train`] runs, for a test that starts `train` and acts while it runs.
+pub fn train_command(args: &[&str], envs: &[(&str, &str)]) -> Command {
     let mut command = Command::new(train_binary());
     command.args(args);
     for (key, _) in std::env::vars() {
@@ -35,7 +40,7 @@ pub fn run_train(args: &[&str], envs: &[(&str, &str)]) -> Output {
         }
     }
     command.envs(envs.iter().copied());
-    command.output().expect("train runs")
+    command
 }
 
 /// Every span in a run directory's `traces.jsonl`, each line parsed as an OTLP/JSON export

@@ -8,9 +8,13 @@ use std::path::{Path, PathBuf};
 
 pub mod example;
 pub mod fake_nvml;
+pub mod go_stack;
 pub mod http;
 pub mod python_otel;
 pub mod raw_http;
+pub mod jaeger_api;
+pub mod mlflow;
+pub mod prometheus_text;
 pub mod receiver;
 pub mod rotel_debug;
 pub mod sampling;

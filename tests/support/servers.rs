@@ -130,7 +130,7 @@ impl Server {
     }
 
     /// Panics, with the server's output, if it has exited.
-    fn assert_running(&mut self) {
+    pub fn assert_running(&mut self) {
         if let Some(code) = self.exit_code() {
             panic!(
                 "{} exited (code or signal {code}) before the test was done; its output:\n{}",
