@@ -47,6 +47,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod config;
+mod diagnose;
 mod error;
 mod export;
 mod layer;
@@ -65,6 +66,7 @@ mod timeline;
 pub use macros::__private;
 
 pub use config::{Exporter, Protocol, DEFAULT_SAMPLE_INTERVAL};
+pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
 pub use sampler::SamplerStats;
 pub use source::allocator::record_allocator;

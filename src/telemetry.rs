@@ -42,6 +42,8 @@ pub fn init() -> Result<Telemetry, InitError> {
 pub struct Builder {
     code: CodeSettings,
     source: Option<Box<dyn MemorySource>>,
+    /// Diagnosis settings, set by the methods in `diagnose::builder`.
+    pub(crate) diagnose: crate::diagnose::settings::DiagnoseCode,
 }
 
 impl std::fmt::Debug for Builder {
@@ -228,10 +230,11 @@ impl Builder {
     /// See [`InitError`].
     pub fn build(self) -> Result<Telemetry, InitError> {
         let settings = config::resolve(&self.code)?;
+        let diagnose = crate::diagnose::resolve_settings(&self.diagnose)?;
         if settings.disabled {
             return Ok(Telemetry { inner: None });
         }
-        Inner::start(settings, self.source).map(|inner| Telemetry {
+        Inner::start(settings, self.source, diagnose).map(|inner| Telemetry {
             inner: Some(Box::new(inner)),
         })
     }
@@ -270,6 +273,7 @@ struct Inner {
     health: Vec<Arc<ExportHealth>>,
     run_dir: Option<PathBuf>,
     prometheus: Option<PrometheusEndpoint>,
+    diagnosis: crate::diagnose::Diagnosis,
 }
 
 impl std::fmt::Debug for Inner {
@@ -306,7 +310,7 @@ impl Telemetry {
             .with_threads(false)
             .with_tracked_inactivity(false)
             .and_then(MemoryLayer(Arc::clone(&inner.state)));
-        Some(layer)
+        Some(layer.and_then(inner.diagnosis.layer()))
     }
 
     /// `ml.run.id` of this run (`None` when disabled).
@@ -356,6 +360,14 @@ impl Telemetry {
             .collect()
     }
 
+    /// The batch-size fit over the step spans exported so far (flushed first): step peak
+    /// memory as fixed + per-sample bytes × `batch_size`. `None` until steps with at
+    /// least two batch sizes were exported, or when disabled.
+    pub fn batch_fit(&self) -> Option<crate::BatchFit> {
+        let _ = self.flush();
+        self.inner.as_ref()?.diagnosis.batch_fit()
+    }
+
     /// How the sampler kept its schedule so far.
     pub fn sampler_stats(&self) -> Option<SamplerStats> {
         self.inner.as_ref().map(|i| i.state.shared.stats())
@@ -403,15 +415,22 @@ impl Inner {
     fn start(
         settings: Settings,
         custom_source: Option<Box<dyn MemorySource>>,
+        diagnose: crate::diagnose::settings::DiagnoseSettings,
     ) -> Result<Self, InitError> {
         let source = custom_source.or_else(|| open_gpu_source(&settings));
-        let sampler =
-            Sampler::start(source, settings.sample_interval, Vec::new()).map_err(|source| {
+        let diagnosis =
+            crate::diagnose::Diagnosis::start(diagnose, settings.run_dir()).map_err(|source| {
                 InitError::Thread {
-                    what: "sampler",
+                    what: "near-OOM recorder",
                     source,
                 }
             })?;
+        let sampler = Sampler::start(source, settings.sample_interval, diagnosis.observers())
+            .map_err(|source| InitError::Thread {
+                what: "sampler",
+                source,
+            })?;
+        diagnosis.attach(sampler.shared());
         let resource = crate::resource::build(&settings);
 
         let uses_run_dir = [&settings.traces, &settings.metrics]
@@ -432,7 +451,8 @@ impl Inner {
             run_dir: run_dir.as_deref(),
             health: Vec::new(),
         };
-        let tracer_provider = pipes.tracer_provider(&settings.traces, &resource)?;
+        let tracer_provider =
+            pipes.tracer_provider(&settings.traces, &resource, diagnosis.taps())?;
         let tracer = tracer_provider.tracer("gpuspan");
         let meter_provider =
             pipes.meter_provider(&settings.metrics, &resource, settings.metric_interval)?;
@@ -452,6 +472,7 @@ impl Inner {
         for (reader, provider) in providers.into_iter().enumerate() {
             let meter = opentelemetry::metrics::MeterProvider::meter(provider, "gpuspan");
             crate::metrics::register_gauges(&meter, sampler.shared(), reader);
+            diagnosis.register_metrics(&meter);
             let (step, epoch) = crate::metrics::duration_histograms(&meter);
             step_duration.push(step);
             epoch_duration.push(epoch);
@@ -474,6 +495,7 @@ impl Inner {
             health,
             run_dir,
             prometheus,
+            diagnosis,
         })
     }
 
@@ -497,6 +519,7 @@ impl Inner {
             prometheus.stop();
         }
         self.sampler.stop();
+        self.diagnosis.stop();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -510,10 +533,13 @@ impl Inner {
                     Err(_) => Vec::new(),
                 };
                 epochs.sort_by_key(|row| row.epoch);
+                let (marks, notes) = self.diagnosis.summary();
                 let summary = runlog::RunSummary {
                     epochs,
                     source: Some(self.state.shared.source_name().to_owned()),
                     bad_lines: Vec::new(),
+                    marks,
+                    notes,
                 };
                 eprint!(
                     "gpuspan: run {} ({})\n{}",
@@ -643,6 +669,7 @@ impl Pipes<'_> {
         &mut self,
         destination: &Destination,
         resource: &opentelemetry_sdk::Resource,
+        taps: Vec<Box<dyn crate::export::tap::SpanTap>>,
     ) -> Result<SdkTracerProvider, InitError> {
         let builder = SdkTracerProvider::builder().with_resource(resource.clone());
         let queue = QueueConfig::default();
@@ -656,13 +683,13 @@ impl Pipes<'_> {
                 let handle = self.runtime()?;
                 let exporter = otlp::span_exporter(target, &handle)?;
                 let health = self.health(target.endpoint.clone(), "span");
-                QueueProcessor::start(exporter, Some(handle), queue, health, Vec::new())
+                QueueProcessor::start(exporter, Some(handle), queue, health, taps)
             }
             Destination::RunDir | Destination::Console => {
                 let (lines, name) = self.lines(destination, runlog::TRACES_FILE)?;
                 let health = self.health(name, "span");
                 let exporter = JsonlSpanExporter::new(lines, resource);
-                QueueProcessor::start(exporter, None, queue, health, Vec::new())
+                QueueProcessor::start(exporter, None, queue, health, taps)
             }
         };
         Ok(builder

@@ -6,6 +6,7 @@ mod summary;
 
 pub(crate) use record::unix_nanos;
 pub use record::{DeviceFigures, Role, SpanRecord};
+pub(crate) use summary::bytes as format_bytes;
 pub use summary::{read_run, EpochSummary, Memory, RunSummary};
 
 /// File of spans inside a run directory.

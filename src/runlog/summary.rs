@@ -50,6 +50,10 @@ pub struct RunSummary {
     pub source: Option<String>,
     /// Lines that could not be read, as `line N: why` (a run killed mid-write leaves one).
     pub bad_lines: Vec<String>,
+    /// Diagnosis marks per epoch, `(epoch, what)`: a suspected leak, a budget exceeded.
+    pub marks: Vec<(i64, String)>,
+    /// Diagnosis lines printed under the table: budget headroom, batch-size fit.
+    pub notes: Vec<String>,
 }
 
 /// Reads `<dir>/traces.jsonl`.
@@ -72,6 +76,7 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
     let mut summary = RunSummary::default();
     let mut epochs = Vec::new();
     let mut steps_by_parent: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut diagnosis = crate::diagnose::RunReader::default();
     for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {
@@ -93,6 +98,7 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
             if summary.source.is_none() {
                 summary.source = string(&span.attributes, "gpu.memory.source");
             }
+            diagnosis.read(span);
             match span.name.as_str() {
                 "step" => {
                     *steps_by_parent
@@ -130,6 +136,7 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
         summary.epochs.push(row);
     }
     summary.epochs.sort_by_key(|row| row.epoch);
+    diagnosis.finish(&mut summary);
     Ok(summary)
 }
 
@@ -208,6 +215,7 @@ impl RunSummary {
                 if let Some(error) = &e.error {
                     row.push(format!("error: {error}"));
                 }
+                row.extend(self.marks_of(e.epoch));
                 rows.push(row);
             }
             let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -240,10 +248,26 @@ impl RunSummary {
                 );
             }
         }
+        for note in &self.notes {
+            let _ = writeln!(out, "{note}");
+        }
         for bad in &self.bad_lines {
             let _ = writeln!(out, "warning: skipped unreadable {bad}");
         }
         out
+    }
+}
+
+impl RunSummary {
+    /// The diagnosis marks of one epoch, joined into one cell (none: no cell).
+    fn marks_of(&self, epoch: i64) -> Option<String> {
+        let marks: Vec<&str> = self
+            .marks
+            .iter()
+            .filter(|(e, _)| *e == epoch)
+            .map(|(_, m)| m.as_str())
+            .collect();
+        (!marks.is_empty()).then(|| format!("<- {}", marks.join(", ")))
     }
 }
 
