@@ -171,7 +171,10 @@ impl Diagnosis {
 
     /// The tracing layer that keeps the open spans for the near-OOM file.
     pub(crate) fn layer(&self) -> OpenSpanLayer {
-        OpenSpanLayer(Arc::clone(&self.open_spans))
+        OpenSpanLayer {
+            spans: Arc::clone(&self.open_spans),
+            recorder: Arc::downgrade(&self.recorder),
+        }
     }
 
     /// Counters of the findings, on `meter`.

@@ -315,18 +315,21 @@ fn clamp(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// When the rise to the crossing began: the last tick at which the device stood within a
-/// tenth of the way from the ring's lowest figure to the latest one.
+/// When the rise to the crossing began: the first tick after the device last stood within
+/// a tenth of the way from the ring's lowest figure to the latest one, with that low
+/// figure.
 fn rise_start(ring: &Ring, device: usize) -> Option<(u64, u64)> {
     let figure = |row: &Row| row.used.get(device).copied().flatten();
     let latest = figure(ring.rows.back()?)?;
     let lowest = ring.rows.iter().filter_map(figure).min()?;
     let mark = lowest + (latest - lowest) / 10;
-    ring.rows.iter().rev().find_map(|row| {
-        figure(row)
-            .filter(|&v| v <= mark)
-            .map(|v| (row.unix_nanos, v))
-    })
+    let low = ring
+        .rows
+        .iter()
+        .rposition(|row| figure(row).is_some_and(|v| v <= mark))?;
+    let from = figure(&ring.rows[low])?;
+    let risen = ring.rows.get(low + 1).unwrap_or(&ring.rows[low]);
+    Some((risen.unix_nanos, from))
 }
 
 /// The ring as columns: times, then each figure per device.
@@ -383,12 +386,21 @@ impl TickObserver for RingObserver {
 /// the innermost open span (with the device, its memory in use and its total), and the
 /// last seconds of samples with every open span go to `near-oom-<time>.json` in the run
 /// directory. Returns once that file is written (or after 5 s), so a program may exit
-/// right after. Without an installed [`Telemetry`](crate::Telemetry) it does nothing.
+/// right after. It records in the [`Telemetry`](crate::Telemetry) of the current
+/// subscriber, else in every running one; without any it does nothing.
 ///
 /// A panic whose message says "out of memory" (as CUDA's and the frameworks' errors do)
 /// is recorded the same way, before the panic unwinds.
 pub fn record_oom(message: &str) {
-    let recorders: Vec<Arc<Recorder>> = lock(&RECORDERS).iter().filter_map(Weak::upgrade).collect();
+    let current = tracing::dispatcher::get_default(|dispatch| {
+        dispatch
+            .downcast_ref::<super::OpenSpanLayer>()
+            .and_then(|layer| layer.recorder.upgrade())
+    });
+    let recorders: Vec<Arc<Recorder>> = match current {
+        Some(recorder) => vec![recorder],
+        None => lock(&RECORDERS).iter().filter_map(Weak::upgrade).collect(),
+    };
     for recorder in recorders {
         recorder.record_oom(message);
     }
@@ -460,8 +472,9 @@ mod tests {
     #[test]
     fn the_rise_starts_where_the_device_last_stood_low() {
         let ring = ring_of(&[40, 30, 31, 30, 50, 70, 96]);
-        // Window 5 µs: 30, 31, 30, 50, 70, 96 are kept; lowest 30, mark 36.
-        assert_eq!(rise_start(&ring, 0), Some((4000, 30)));
+        // Window 5 µs: 30, 31, 30, 50, 70, 96 are kept; lowest 30, mark 36: the rise
+        // starts with the 50 read after the last 30.
+        assert_eq!(rise_start(&ring, 0), Some((5000, 30)));
     }
 
     #[test]

@@ -4,13 +4,14 @@
 //! The training thread pays one short lock when a span opens and one when it closes.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::Layer;
 
+use super::near_oom::Recorder;
 use crate::runlog::unix_nanos;
 
 /// Closed spans kept to name the span a rise began in.
@@ -90,9 +91,13 @@ impl OpenSpans {
     }
 }
 
-/// The layer that keeps [`OpenSpans`].
+/// The layer that keeps [`OpenSpans`]; it also leads `record_oom` to the recorder of the
+/// subscriber it is called under.
 #[derive(Debug, Clone)]
-pub(crate) struct OpenSpanLayer(pub(crate) Arc<OpenSpans>);
+pub(crate) struct OpenSpanLayer {
+    pub(crate) spans: Arc<OpenSpans>,
+    pub(crate) recorder: Weak<Recorder>,
+}
 
 struct IndexVisitor(Option<(&'static str, i64)>);
 
@@ -114,7 +119,7 @@ impl<S: tracing::Subscriber> Layer<S> for OpenSpanLayer {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
         let mut index = IndexVisitor(None);
         attrs.record(&mut index);
-        self.0.opened(OpenSpan {
+        self.spans.opened(OpenSpan {
             id: id.into_u64(),
             name: attrs.metadata().name(),
             index: index.0,
@@ -124,7 +129,7 @@ impl<S: tracing::Subscriber> Layer<S> for OpenSpanLayer {
     }
 
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
-        self.0.closed(id.into_u64());
+        self.spans.closed(id.into_u64());
     }
 }
 
@@ -136,7 +141,10 @@ mod tests {
     #[test]
     fn open_spans_are_listed_outermost_first_and_closed_ones_are_remembered() {
         let spans = Arc::new(OpenSpans::default());
-        let subscriber = tracing_subscriber::registry().with(OpenSpanLayer(Arc::clone(&spans)));
+        let subscriber = tracing_subscriber::registry().with(OpenSpanLayer {
+            spans: Arc::clone(&spans),
+            recorder: Weak::new(),
+        });
         tracing::subscriber::with_default(subscriber, || {
             let epoch = tracing::info_span!("epoch", ml.epoch = 3).entered();
             let step = tracing::info_span!("step", ml.step = 7).entered();
