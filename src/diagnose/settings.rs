@@ -37,6 +37,15 @@ pub enum MemoryBudget {
     Fraction(f64),
 }
 
+impl std::str::FromStr for MemoryBudget {
+    type Err = String;
+
+    /// `20GiB`, `512MB`, `1024B` (a unit is required) or `80%`, as `GPUSPAN_MEMORY_BUDGET`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        parse_budget(text).map_err(str::to_owned)
+    }
+}
+
 impl MemoryBudget {
     /// The budget in bytes for a device with `total` bytes (`None`: a fraction of an
     /// unknown total).
