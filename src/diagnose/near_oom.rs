@@ -24,6 +24,9 @@ pub(crate) const NEAR_OOM_EVENT: &str = "gpu.memory.near_oom";
 /// Event on the innermost open span when the program reports an out-of-memory error.
 pub(crate) const OOM_EVENT: &str = "gpu.memory.oom";
 
+/// Findings kept while they wait for their span.
+const MAX_PENDING: usize = 64;
+
 /// One sampler tick as the ring keeps it.
 #[derive(Debug, Clone, Default)]
 struct Row {
@@ -245,11 +248,17 @@ impl Recorder {
             attributes.push(KeyValue::new("exception.message", message.to_owned()));
         }
         attributes.push(KeyValue::new("gpu.memory.timeline", name.clone()));
-        self.pending().push(PendingEvent {
+        let mut pending = self.pending();
+        // A finding no exported span covers (none was open) waits for nothing: keep few.
+        if pending.len() >= MAX_PENDING {
+            pending.remove(0);
+        }
+        pending.push(PendingEvent {
             name: event,
             unix_nanos,
             attributes,
         });
+        drop(pending);
         let counter = if event == OOM_EVENT {
             &self.counts.oom
         } else {
