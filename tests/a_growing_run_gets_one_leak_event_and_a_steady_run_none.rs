@@ -108,3 +108,33 @@ fn a_steady_run_with_two_percent_noise_gets_no_event() {
         assert_eq!(span.events, vec![], "epoch {:?}", span.int_attr("ml.epoch"));
     }
 }
+
+#[test]
+fn the_report_marks_the_flagged_epoch() {
+    let runs = tempfile::tempdir().unwrap();
+    let used = |epoch: u64| 10 * GIB + epoch * GROWTH;
+    let (source, script) = scripted(1, used(0));
+    let builder = gpuspan::Telemetry::builder()
+        .run_dir(runs.path())
+        .run_id("leak")
+        .summary(false)
+        .nvml_lib("/nonexistent/libnvidia-ml.so.1")
+        .memory_source(source)
+        .sample_interval(Duration::from_millis(2));
+    let (telemetry, ()) = setup::run(builder, |_| {
+        for epoch in 0..9 {
+            script.set(0, used(epoch));
+            script.wait_reads(2);
+            let _e = gpuspan::epoch_span!(epoch);
+        }
+    });
+    telemetry.shutdown().unwrap();
+
+    let summary = gpuspan::runlog::read_run(&runs.path().join("leak")).unwrap();
+    assert_eq!(summary.marks, vec![(7, "leak? trend".to_owned())]);
+    let table = summary.render();
+    let marked: Vec<&str> = table.lines().filter(|l| l.contains("<- ")).collect();
+    assert_eq!(marked.len(), 1, "{table}");
+    assert!(marked[0].trim_start().starts_with("7 "), "{table}");
+    assert!(marked[0].ends_with("<- leak? trend"), "{table}");
+}
