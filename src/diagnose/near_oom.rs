@@ -79,6 +79,8 @@ pub(crate) struct PendingEvent {
 struct Job {
     path: PathBuf,
     body: serde_json::Value,
+    /// The warning line printed once the file is written.
+    warning: String,
     done: Option<SyncSender<()>>,
 }
 
@@ -290,8 +292,21 @@ impl Recorder {
         } else {
             (None, None)
         };
+        let what = match (message, used, limit) {
+            (Some(message), _, _) => format!("out of memory ({message})"),
+            (None, Some(used), Some(limit)) => format!(
+                "gpu {} at {:.0}% of its memory ({} of {})",
+                self.device_index(device),
+                used as f64 / limit.max(1) as f64 * 100.0,
+                crate::runlog::format_bytes(clamp(used)),
+                crate::runlog::format_bytes(clamp(limit))
+            ),
+            _ => "near out of memory".to_owned(),
+        };
+        let path = self.run_dir.join(&name);
         let job = Job {
-            path: self.run_dir.join(&name),
+            warning: format!("gpuspan: warning: {what}; timeline in {}", path.display()),
+            path,
             body,
             done,
         };
@@ -359,11 +374,12 @@ fn timeline(ring: &Ring, index: impl Fn(usize) -> i64) -> serde_json::Value {
 
 fn write_jobs(jobs: &Receiver<Job>) {
     for job in jobs {
-        if let Err(error) = write_job(&job) {
-            eprintln!(
+        match write_job(&job) {
+            Ok(()) => eprintln!("{}", job.warning),
+            Err(error) => eprintln!(
                 "gpuspan: warning: cannot write {}: {error}",
                 job.path.display()
-            );
+            ),
         }
         if let Some(done) = job.done {
             let _ = done.send(());
