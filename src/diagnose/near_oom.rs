@@ -187,10 +187,24 @@ impl Recorder {
     /// The program ran out of memory: record it on the fullest device and wait (up to a
     /// few seconds) until the file is on disk, since the process may be about to die.
     fn record_oom(&self, message: &str) {
-        let finished = {
-            let ring = lock(&self.ring);
-            self.oom_finding(&ring, message)
+        // Tried, not waited for: the panic hook may run on a thread that holds the ring.
+        let mut ring = None;
+        for _ in 0..100 {
+            match self.ring.try_lock() {
+                Ok(guard) => ring = Some(guard),
+                Err(std::sync::TryLockError::Poisoned(p)) => ring = Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+            }
+            break;
+        }
+        let Some(ring) = ring else {
+            return;
         };
+        let finished = self.oom_finding(&ring, message);
+        drop(ring);
         // Waited for with the ring unlocked: the sampler keeps sampling meanwhile.
         if let Some(finished) = finished {
             let _ = finished.recv_timeout(Duration::from_secs(5));
