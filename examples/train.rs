@@ -9,24 +9,31 @@
 //! ```text
 //! cargo run --release --example train -- --epochs 3 --steps 50 --batch-size 256
 //! ```
+//!
+//! `--batch-size 64,128,256` cycles through batch sizes, one per epoch, and prints the
+//! batch-size fit (fixed + per-sample bytes, the largest batch that fits); `--budget 20GiB`
+//! (or `80%`) sets a memory budget, and the summary says the headroom under it.
 
 use std::process::ExitCode;
 
 struct Args {
     epochs: usize,
     steps: usize,
-    batch_size: usize,
+    batch_sizes: Vec<usize>,
+    budget: Option<gpuspan::MemoryBudget>,
     hidden: usize,
     lr: f32,
 }
 
-const USAGE: &str = "usage: train [--epochs N] [--steps N] [--batch-size N] [--hidden N] [--lr X]";
+const USAGE: &str = "usage: train [--epochs N] [--steps N] [--batch-size N[,N...]] \
+                     [--budget 20GiB|80%] [--hidden N] [--lr X]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         epochs: 3,
         steps: 50,
-        batch_size: 256,
+        batch_sizes: vec![256],
+        budget: None,
         hidden: 128,
         lr: 0.01,
     };
@@ -43,14 +50,19 @@ fn parse_args() -> Result<Args, String> {
             "--epochs" => args.epochs = value.parse().map_err(|_| bad("a whole number"))?,
             "--steps" => args.steps = value.parse().map_err(|_| bad("a whole number"))?,
             "--batch-size" => {
-                args.batch_size = value.parse().map_err(|_| bad("a whole number"))?;
+                args.batch_sizes = value
+                    .split(',')
+                    .map(|n| n.trim().parse())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| bad("whole numbers separated by commas"))?;
             }
+            "--budget" => args.budget = Some(value.parse().map_err(|e: String| bad(&e))?),
             "--hidden" => args.hidden = value.parse().map_err(|_| bad("a whole number"))?,
             "--lr" => args.lr = value.parse().map_err(|_| bad("a number"))?,
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
     }
-    if args.batch_size == 0 || args.hidden == 0 {
+    if args.batch_sizes.contains(&0) || args.hidden == 0 {
         return Err(format!(
             "--batch-size and --hidden must be at least 1\n{USAGE}"
         ));
@@ -197,7 +209,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let telemetry = match gpuspan::init() {
+    let mut builder = gpuspan::Telemetry::builder();
+    if let Some(budget) = args.budget {
+        builder = builder.memory_budget(budget);
+    }
+    let telemetry = match builder.install() {
         Ok(telemetry) => telemetry,
         Err(error) => {
             eprintln!("train: {error}");
@@ -209,11 +225,12 @@ fn main() -> ExitCode {
     let true_w: Vec<f32> = (0..INPUTS).map(|_| rng.next()).collect();
     let mut model = Mlp::new(args.hidden, &mut rng);
     for epoch in 0..args.epochs {
+        let batch_size = args.batch_sizes[epoch % args.batch_sizes.len()];
         let e = gpuspan::epoch_span!(epoch, lr = f64::from(args.lr));
         let mut loss_sum = 0.0;
         for step in 0..args.steps {
-            let _s = gpuspan::step_span!(step, batch_size = args.batch_size as i64);
-            let (x, y) = batch(&mut rng, &true_w, args.batch_size);
+            let _s = gpuspan::step_span!(step, batch_size = batch_size as i64);
+            let (x, y) = batch(&mut rng, &true_w, batch_size);
             loss_sum += model.train_step(&x, &y, args.lr);
         }
         let memory = e.memory().unwrap_or_default();
@@ -230,6 +247,18 @@ fn main() -> ExitCode {
             loss_sum / args.steps.max(1) as f32,
             mib(memory.host_resident),
             mib(memory.host_peak),
+        );
+    }
+
+    // Step peak memory as fixed + per-sample bytes, once two batch sizes have run.
+    if let Some(fit) = telemetry.batch_fit() {
+        let largest = fit
+            .max_batch_size
+            .map_or(String::new(), |n| format!(", largest batch that fits: {n}"));
+        println!(
+            "batch-size fit: {} + {} per sample{largest}",
+            mib(u64::try_from(fit.fixed_bytes).ok()),
+            mib(u64::try_from(fit.per_sample_bytes).ok()),
         );
     }
 

@@ -37,6 +37,13 @@
 //! `gpu.allocator.*.peak` (fed by [`record_allocator`]), `process.memory.*` (host RSS),
 //! `gpu.memory.source` and `gpu.memory.samples`. Byte counts are integers.
 //!
+//! # Diagnosis
+//! Span events for suspected leaks (`gpu.memory.leak_suspected`), memory budgets
+//! (`gpu.memory.budget_exceeded`, [`Builder::memory_budget`]), near out-of-memory crossings
+//! and reported out-of-memory errors (`gpu.memory.near_oom`, `gpu.memory.oom`,
+//! [`record_oom`]) with a timeline file in the run directory, and the batch-size fit
+//! ([`Telemetry::batch_fit`]). All of it is computed off the training thread.
+//!
 //! # Feature flags
 //! - `nvml` (default): read GPU memory through NVML (`nvml-wrapper`, loaded at run time).
 //! - `otlp-grpc` (default): OTLP over gRPC.
@@ -53,6 +60,7 @@ pub mod cli;
 #[cfg(feature = "collect")]
 pub mod collect;
 mod config;
+mod diagnose;
 mod error;
 mod export;
 mod layer;
@@ -71,6 +79,7 @@ mod timeline;
 pub use macros::__private;
 
 pub use config::{Compression, Exporter, Protocol, DEFAULT_SAMPLE_INTERVAL};
+pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
 pub use export::health::ExportCounts;
 pub use sampler::SamplerStats;

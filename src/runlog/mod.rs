@@ -7,6 +7,7 @@ mod summary;
 pub use crate::config::default_run_root;
 pub(crate) use record::unix_nanos;
 pub use record::{DeviceFigures, Role, SpanRecord};
+pub(crate) use summary::bytes as format_bytes;
 pub(crate) use summary::SummaryTap;
 pub use summary::{read_run, EpochSummary, EpochTable, Memory, RunSummary};
 

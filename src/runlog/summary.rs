@@ -49,6 +49,10 @@ pub struct RunSummary {
     pub source: Option<String>,
     /// Lines that could not be read, as `line N: why` (a run killed mid-write leaves one).
     pub bad_lines: Vec<String>,
+    /// Diagnosis marks per epoch, `(epoch, what)`: a suspected leak, a budget exceeded.
+    pub marks: Vec<(i64, String)>,
+    /// Diagnosis lines printed under the table: budget headroom, batch-size fit.
+    pub notes: Vec<String>,
 }
 
 /// Builds the per-epoch table from closed spans, in the order they ended. The one rule for
@@ -103,7 +107,7 @@ impl EpochTable {
         RunSummary {
             epochs,
             source: self.source.clone(),
-            bad_lines: Vec::new(),
+            ..RunSummary::default()
         }
     }
 }
@@ -139,6 +143,7 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
     })?;
     let mut table = EpochTable::default();
     let mut bad_lines = Vec::new();
+    let mut diagnosis = crate::diagnose::RunReader::default();
     for (number, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
         let line = line?;
         // A run killed mid-write can leave a line cut inside a character.
@@ -162,11 +167,13 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
             .flat_map(|r| &r.scope_spans)
             .flat_map(|s| &s.spans)
         {
+            diagnosis.read(span);
             table.add(&SpanRecord::from_otlp(span));
         }
     }
     let mut summary = table.summary();
     summary.bad_lines = bad_lines;
+    diagnosis.finish(&mut summary);
     Ok(summary)
 }
 
@@ -215,6 +222,7 @@ impl RunSummary {
                 if let Some(error) = &e.error {
                     row.push(format!("error: {error}"));
                 }
+                row.extend(self.marks_of(e.epoch));
                 rows.push(row);
             }
             let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -247,10 +255,26 @@ impl RunSummary {
                 );
             }
         }
+        for note in &self.notes {
+            let _ = writeln!(out, "{note}");
+        }
         for bad in &self.bad_lines {
             let _ = writeln!(out, "warning: skipped unreadable {bad}");
         }
         out
+    }
+}
+
+impl RunSummary {
+    /// The diagnosis marks of one epoch, joined into one cell (none: no cell).
+    fn marks_of(&self, epoch: i64) -> Option<String> {
+        let marks: Vec<&str> = self
+            .marks
+            .iter()
+            .filter(|(e, _)| *e == epoch)
+            .map(|(_, m)| m.as_str())
+            .collect();
+        (!marks.is_empty()).then(|| format!("<- {}", marks.join(", ")))
     }
 }
 

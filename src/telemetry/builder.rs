@@ -21,6 +21,8 @@ pub struct Builder {
     source: Option<Box<dyn MemorySource>>,
     /// Observers of the sampler's ticks (`collect`'s timeline).
     observers: Vec<Box<dyn crate::timeline::TickObserver>>,
+    /// Diagnosis settings, set by the methods in `diagnose::builder`.
+    pub(crate) diagnose: crate::diagnose::settings::DiagnoseCode,
 }
 
 impl std::fmt::Debug for Builder {
@@ -214,10 +216,11 @@ impl Builder {
     /// See [`InitError`].
     pub fn build(self) -> Result<Telemetry, InitError> {
         let settings = config::resolve(&self.code)?;
+        let diagnose = crate::diagnose::resolve_settings(&self.diagnose)?;
         if settings.disabled {
             return Ok(Telemetry { inner: None });
         }
-        Inner::start(settings, self.source, self.observers).map(|inner| Telemetry {
+        Inner::start(settings, self.source, self.observers, diagnose).map(|inner| Telemetry {
             inner: Some(Box::new(inner)),
         })
     }

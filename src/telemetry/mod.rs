@@ -78,6 +78,8 @@ struct Inner {
     epochs: SummaryTap,
     /// Set at shutdown.
     stopping: Arc<AtomicBool>,
+    /// Leak, budget, batch-size fit and near-OOM findings.
+    diagnosis: crate::diagnose::Diagnosis,
 }
 
 impl std::fmt::Debug for Inner {
@@ -105,10 +107,10 @@ impl Telemetry {
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
     {
         let inner = self.inner.as_ref()?;
-        Some(GpuspanLayer::new(
-            inner.tracer.clone(),
-            Arc::clone(&inner.state),
-        ))
+        Some(
+            GpuspanLayer::new(inner.tracer.clone(), Arc::clone(&inner.state))
+                .and_then(inner.diagnosis.layer()),
+        )
     }
 
     /// `ml.run.id` of this run (`None` when disabled).
@@ -155,6 +157,14 @@ impl Telemetry {
                 utilization: shared.utilization(i),
             })
             .collect()
+    }
+
+    /// The batch-size fit over the step spans exported so far (flushed first): step peak
+    /// memory as fixed + per-sample bytes × `batch_size`. `None` until steps with at
+    /// least two batch sizes were exported, or when disabled.
+    pub fn batch_fit(&self) -> Option<crate::BatchFit> {
+        let _ = self.flush();
+        self.inner.as_ref()?.diagnosis.batch_fit()
     }
 
     /// How the sampler kept its schedule so far.
@@ -268,9 +278,18 @@ impl Inner {
     fn start(
         settings: Settings,
         custom_source: Option<Box<dyn MemorySource>>,
-        observers: Vec<Box<dyn crate::timeline::TickObserver>>,
+        mut observers: Vec<Box<dyn crate::timeline::TickObserver>>,
+        diagnose: crate::diagnose::settings::DiagnoseSettings,
     ) -> Result<Self, InitError> {
         let source = custom_source.or_else(|| crate::source::choose::open_gpu_source(&settings));
+        let diagnosis =
+            crate::diagnose::Diagnosis::start(diagnose, settings.run_dir()).map_err(|source| {
+                InitError::Thread {
+                    what: "near-OOM recorder",
+                    source,
+                }
+            })?;
+        observers.extend(diagnosis.observers());
         let sampler =
             Sampler::start(source, settings.sample_interval, observers).map_err(|source| {
                 InitError::Thread {
@@ -278,6 +297,7 @@ impl Inner {
                     source,
                 }
             })?;
+        diagnosis.attach(sampler.shared());
         let resource = crate::resource::build(&settings);
 
         let uses_run_dir = [&settings.traces, &settings.metrics]
@@ -315,9 +335,12 @@ impl Inner {
             let meter = opentelemetry::metrics::MeterProvider::meter(provider, "gpuspan");
             crate::metrics::register_gauges(&meter, sampler.shared());
             durations.register(&meter);
+            diagnosis.register_metrics(&meter);
         }
         let epochs = SummaryTap::default();
         let mut taps: Vec<Box<dyn SpanTap>> = vec![Box::new(durations)];
+        // Diagnosis first: the events it adds are part of what the other taps see.
+        taps.splice(0..0, diagnosis.taps());
         if settings.traces == Destination::RunDir {
             taps.push(Box::new(epochs.clone()));
         }
@@ -346,6 +369,7 @@ impl Inner {
             prometheus,
             epochs,
             stopping,
+            diagnosis,
         })
     }
 }

@@ -48,6 +48,7 @@ impl Inner {
             prometheus.stop();
         }
         self.sampler.stop();
+        self.diagnosis.stop();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -94,6 +95,7 @@ impl Inner {
             return;
         };
         let mut summary = table.summary();
+        (summary.marks, summary.notes) = self.diagnosis.summary();
         if summary.source.is_none() {
             summary.source = Some(self.sampler.shared().source_name().to_owned());
         }

@@ -1,0 +1,60 @@
+//! The builder's diagnosis settings (code beats the environment variable).
+
+use std::time::Duration;
+
+use super::settings::{self, MemoryBudget};
+use crate::telemetry::Builder;
+
+impl Builder {
+    /// Memory a span may peak at on each device (else `GPUSPAN_MEMORY_BUDGET`, such as
+    /// `20GiB` or `80%`). A span over it gets the event `gpu.memory.budget_exceeded`, and
+    /// the summary says the headroom.
+    pub fn memory_budget(mut self, budget: MemoryBudget) -> Self {
+        self.diagnose.budget = Some(budget);
+        self
+    }
+
+    /// Whether a span over the budget also gets an error status (else
+    /// `GPUSPAN_MEMORY_BUDGET_ERROR`, else no).
+    pub fn memory_budget_error(mut self, error: bool) -> Self {
+        self.diagnose.budget_error = Some(error);
+        self
+    }
+
+    /// The ratio rule's factor: a leak is suspected when an epoch ends with this many times
+    /// the first epoch's memory (else `GPUSPAN_LEAK_RATIO`, else
+    /// 1.5). Must be above 1.
+    pub fn leak_ratio(mut self, ratio: f64) -> Self {
+        self.diagnose.leak_ratio = Some(ratio);
+        self
+    }
+
+    /// Epochs (and steps of each epoch) leak detection leaves out at the start, while
+    /// caches and allocator pools fill (else `GPUSPAN_LEAK_WARMUP`, else
+    /// 1).
+    pub fn leak_warmup(mut self, epochs: usize) -> Self {
+        self.diagnose.leak_warmup = Some(epochs);
+        self
+    }
+
+    /// Fraction of a device's total (0 to 1) that counts as near out of memory (else
+    /// `GPUSPAN_NEAR_OOM_THRESHOLD`, such as `95%`, else 0.95).
+    pub fn near_oom_threshold(mut self, fraction: f64) -> Self {
+        self.diagnose.near_oom_threshold = Some(fraction);
+        self
+    }
+
+    /// How much of the sampled timeline the near-OOM recorder keeps (else
+    /// `GPUSPAN_NEAR_OOM_WINDOW`, else 30 s).
+    pub fn near_oom_window(mut self, window: Duration) -> Self {
+        self.diagnose.near_oom_window = Some(window);
+        self
+    }
+}
+
+/// Resolves the builder's diagnosis settings against the environment.
+pub(crate) fn resolve(
+    code: &settings::DiagnoseCode,
+) -> Result<settings::DiagnoseSettings, crate::InitError> {
+    settings::resolve(code, |name| std::env::var(name).ok())
+}

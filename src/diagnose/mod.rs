@@ -1,0 +1,306 @@
+//! Diagnosis on top of the measurements: leak rules, memory budgets, the batch-size fit,
+//! driver-vs-framework figures, and the near-OOM flight recorder.
+//!
+//! Nothing here runs on the training thread: span findings are made on the export thread
+//! (a [`SpanTap`]), tick findings on the sampler thread (a
+//! [`TickObserver`](crate::timeline::TickObserver)), and files are written by a thread of
+//! their own.
+
+mod batch_fit;
+mod builder;
+mod leak;
+mod near_oom;
+mod open_spans;
+mod report;
+pub(crate) mod settings;
+mod tap;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use opentelemetry::metrics::Meter;
+use opentelemetry::KeyValue;
+
+pub use batch_fit::BatchFit;
+pub use near_oom::record_oom;
+use near_oom::{NEAR_OOM_EVENT, OOM_EVENT};
+pub(crate) use open_spans::OpenSpanLayer;
+pub(crate) use report::RunReader;
+pub use settings::MemoryBudget;
+
+use crate::export::tap::SpanTap;
+use crate::runlog::format_bytes;
+use crate::sampler::Shared;
+use crate::timeline::TickObserver;
+use batch_fit::BatchFitter;
+use near_oom::{Recorder, RingObserver};
+use open_spans::OpenSpans;
+use settings::DiagnoseSettings;
+
+/// Event on an epoch span whose end memory grows.
+pub(crate) const LEAK_EVENT: &str = "gpu.memory.leak_suspected";
+/// Event on a span whose peak exceeds the memory budget.
+pub(crate) const BUDGET_EVENT: &str = "gpu.memory.budget_exceeded";
+
+/// Findings so far, counted for the metrics (leaks by rule).
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    leak: [AtomicU64; 3],
+    budget: AtomicU64,
+    near_oom: AtomicU64,
+    oom: AtomicU64,
+}
+
+/// The highest peak against its budget.
+#[derive(Debug, Clone)]
+pub(crate) struct Highest {
+    device: u32,
+    peak: i64,
+    budget: i64,
+    span: String,
+}
+
+/// What the tap found, read by the summary and [`Telemetry::batch_fit`](crate::Telemetry::batch_fit).
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    /// `(epoch, what)`, in the order found.
+    marks: Vec<(i64, String)>,
+    fitter: BatchFitter,
+    highest: Option<Highest>,
+    over_budget: u64,
+}
+
+/// One device's total and budget in bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeviceLimit {
+    index: u32,
+    total: Option<u64>,
+    budget: Option<u64>,
+}
+
+/// Every device's limits, read once the sampler has taken its first reading.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Limits {
+    devices: Vec<DeviceLimit>,
+}
+
+impl Limits {
+    /// What the batch-size fit is fitted to: the budget summed over the devices if set,
+    /// else their total.
+    fn batch_limit(&self) -> Option<i64> {
+        if self.devices.is_empty() {
+            return None;
+        }
+        let sum: Option<u64> = self.devices.iter().map(|d| d.budget.or(d.total)).sum();
+        sum.and_then(|s| i64::try_from(s).ok())
+    }
+}
+
+/// The diagnosis of one [`Telemetry`](crate::Telemetry).
+#[derive(Debug)]
+pub(crate) struct Diagnosis {
+    settings: DiagnoseSettings,
+    findings: Arc<Mutex<Findings>>,
+    counts: Arc<Counts>,
+    open_spans: Arc<OpenSpans>,
+    recorder: Arc<Recorder>,
+    limits: OnceLock<Limits>,
+}
+
+impl Diagnosis {
+    /// Starts the near-OOM file writer; `run_dir` is where its files go.
+    pub(crate) fn start(settings: DiagnoseSettings, run_dir: PathBuf) -> std::io::Result<Self> {
+        let counts = Arc::new(Counts::default());
+        let open_spans = Arc::new(OpenSpans::default());
+        let recorder = Recorder::start(
+            settings.near_oom_threshold,
+            settings.near_oom_window,
+            run_dir,
+            Arc::clone(&open_spans),
+            Arc::clone(&counts),
+        )?;
+        Ok(Self {
+            settings,
+            findings: Arc::default(),
+            counts,
+            open_spans,
+            recorder,
+            limits: OnceLock::new(),
+        })
+    }
+
+    /// The sampler's observers: the near-OOM ring.
+    pub(crate) fn observers(&self) -> Vec<Box<dyn TickObserver>> {
+        vec![Box::new(RingObserver(Arc::clone(&self.recorder)))]
+    }
+
+    /// Reads the devices and their totals once the sampler has started, for the budget.
+    pub(crate) fn attach(&self, shared: &Shared) {
+        let devices = shared
+            .devices()
+            .iter()
+            .enumerate()
+            .map(|(i, device)| {
+                let total = shared.total(i);
+                DeviceLimit {
+                    index: device.index,
+                    total,
+                    budget: self.settings.budget.and_then(|b| b.bytes_for(total)),
+                }
+            })
+            .collect::<Vec<_>>();
+        self.recorder
+            .set_device_indexes(devices.iter().map(|d| d.index).collect());
+        let _ = self.limits.set(Limits { devices });
+    }
+
+    /// The span taps for the export pipeline (one: diagnosis keeps one state per run).
+    pub(crate) fn taps(&self) -> Vec<Box<dyn SpanTap>> {
+        vec![Box::new(tap::DiagnoseTap {
+            leaks: leak::LeakDetector::new(self.settings.leak_ratio, self.settings.leak_warmup),
+            limits: self.limits.get().cloned().unwrap_or_default(),
+            budget_error: self.settings.budget_error,
+            findings: Arc::clone(&self.findings),
+            counts: Arc::clone(&self.counts),
+            recorder: Some(Arc::clone(&self.recorder)),
+            warned_leak: false,
+            warned_budget: false,
+        })]
+    }
+
+    /// The tracing layer that keeps the open spans for the near-OOM file.
+    pub(crate) fn layer(&self) -> OpenSpanLayer {
+        OpenSpanLayer {
+            spans: Arc::clone(&self.open_spans),
+            recorder: Arc::downgrade(&self.recorder),
+        }
+    }
+
+    /// Counters of the findings, on `meter`.
+    pub(crate) fn register_metrics(&self, meter: &Meter) {
+        let counts = Arc::clone(&self.counts);
+        meter
+            .u64_observable_counter(LEAK_EVENT)
+            .with_unit("{finding}")
+            .with_description("Memory leaks suspected, by rule")
+            .with_callback(move |observer| {
+                for rule in [
+                    leak::LeakRule::Ratio,
+                    leak::LeakRule::Trend,
+                    leak::LeakRule::StepTrend,
+                ] {
+                    let value = counts.leak[rule as usize].load(Ordering::Relaxed);
+                    if value > 0 {
+                        observer
+                            .observe(value, &[KeyValue::new("gpu.memory.leak.rule", rule.name())]);
+                    }
+                }
+            })
+            .build();
+        type Field = fn(&Counts) -> &AtomicU64;
+        let counters: [(&'static str, &'static str, Field); 3] = [
+            (
+                BUDGET_EVENT,
+                "Spans whose peak exceeded the memory budget",
+                |c| &c.budget,
+            ),
+            (
+                NEAR_OOM_EVENT,
+                "Times a device crossed the near-OOM threshold",
+                |c| &c.near_oom,
+            ),
+            (
+                OOM_EVENT,
+                "Out-of-memory errors reported by the program",
+                |c| &c.oom,
+            ),
+        ];
+        for (name, description, field) in counters {
+            let counts = Arc::clone(&self.counts);
+            meter
+                .u64_observable_counter(name)
+                .with_unit("{finding}")
+                .with_description(description)
+                .with_callback(move |observer| {
+                    observer.observe(field(&counts).load(Ordering::Relaxed), &[])
+                })
+                .build();
+        }
+    }
+
+    /// The batch-size fit of the steps exported so far.
+    pub(crate) fn batch_fit(&self) -> Option<BatchFit> {
+        let limit = self.limits.get().and_then(Limits::batch_limit);
+        lock(&self.findings).fitter.fit(limit)
+    }
+
+    /// Per-epoch marks and the closing lines for the summary printed at shutdown.
+    pub(crate) fn summary(&self) -> (Vec<(i64, String)>, Vec<String>) {
+        let findings = lock(&self.findings);
+        let mut notes = Vec::new();
+        if let Some(budget) = self.settings.budget {
+            notes.push(match &findings.highest {
+                Some(h) => headroom_line(h, findings.over_budget),
+                None => format!(
+                    "memory budget {}: no GPU peak measured",
+                    describe_budget(budget)
+                ),
+            });
+        }
+        let limit = self.limits.get().and_then(Limits::batch_limit);
+        if let Some(fit) = findings.fitter.fit(limit) {
+            notes.push(fit.describe());
+        }
+        let near = self.counts.near_oom.load(Ordering::Relaxed);
+        let oom = self.counts.oom.load(Ordering::Relaxed);
+        if near + oom > 0 {
+            notes.push(format!(
+                "near-OOM: {near} crossing(s) of {:.0}% and {oom} out-of-memory error(s); \
+                 timelines in near-oom-*.json",
+                self.settings.near_oom_threshold * 100.0
+            ));
+        }
+        (findings.marks.clone(), notes)
+    }
+
+    /// Writes what the recorder still holds and stops its thread.
+    pub(crate) fn stop(&self) {
+        self.recorder.stop();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn describe_budget(budget: MemoryBudget) -> String {
+    match budget {
+        MemoryBudget::Bytes(b) => format_bytes(i64::try_from(b).unwrap_or(i64::MAX)),
+        MemoryBudget::Fraction(f) => format!("{:.0}% of each device", f * 100.0),
+    }
+}
+
+/// `memory budget 20.0 GiB: highest peak 18.2 GiB (gpu 0, step 3), headroom 1.8 GiB (9.0%)`.
+fn headroom_line(h: &Highest, over: u64) -> String {
+    let headroom = h.budget - h.peak;
+    let percent = if h.budget > 0 {
+        headroom as f64 / h.budget as f64 * 100.0
+    } else {
+        0.0
+    };
+    let mut line = format!(
+        "memory budget {}: highest peak {} (gpu {}, {}), headroom {} ({percent:.1}%)",
+        format_bytes(h.budget),
+        format_bytes(h.peak),
+        h.device,
+        h.span,
+        format_bytes(headroom),
+    );
+    if over > 0 {
+        line.push_str(&format!("; {over} span peak(s) over budget"));
+    }
+    line
+}
+
+pub(crate) use builder::resolve as resolve_settings;

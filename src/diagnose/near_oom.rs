@@ -1,0 +1,527 @@
+//! The near-OOM flight recorder: the last seconds of samples at full resolution in a
+//! bounded ring, kept on the sampler thread. When a device crosses a fraction of its total,
+//! or the program reports an out-of-memory error, the ring and every open span go to
+//! `near-oom-<time>.json` in the run directory (written by a thread of its own), and an
+//! event waits for the innermost open span to pass the export tap.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry::KeyValue;
+use serde_json::json;
+
+use super::open_spans::{OpenSpan, OpenSpans};
+use super::Counts;
+use crate::timeline::{Tick, TickObserver};
+
+/// Event on the innermost open span when a device crosses the threshold.
+pub(crate) const NEAR_OOM_EVENT: &str = "gpu.memory.near_oom";
+/// Event on the innermost open span when the program reports an out-of-memory error.
+pub(crate) const OOM_EVENT: &str = "gpu.memory.oom";
+
+/// Findings kept while they wait for their span.
+const MAX_PENDING: usize = 64;
+
+/// One sampler tick as the ring keeps it.
+#[derive(Debug, Clone, Default)]
+struct Row {
+    unix_nanos: u64,
+    used: Vec<Option<u64>>,
+    totals: Vec<Option<u64>>,
+    process_gpu: Option<u64>,
+    allocated: Option<u64>,
+    reserved: Option<u64>,
+}
+
+/// The last `window` of ticks. Rows are reused, so a full ring allocates nothing.
+#[derive(Debug)]
+struct Ring {
+    rows: VecDeque<Row>,
+    window_nanos: u64,
+    /// Per device: armed until it crosses, re-armed once it falls back below.
+    armed: Vec<bool>,
+}
+
+impl Ring {
+    fn push(&mut self, tick: &Tick<'_>) {
+        let horizon = tick.unix_nanos.saturating_sub(self.window_nanos);
+        let mut spare = None;
+        while self.rows.front().is_some_and(|r| r.unix_nanos < horizon) {
+            spare = self.rows.pop_front();
+        }
+        let mut row = spare.unwrap_or_default();
+        row.unix_nanos = tick.unix_nanos;
+        row.used.clear();
+        row.used.extend_from_slice(tick.devices);
+        row.totals.clear();
+        row.totals.extend_from_slice(tick.totals);
+        row.process_gpu = tick.process_gpu;
+        row.allocated = tick.allocated;
+        row.reserved = tick.reserved;
+        self.rows.push_back(row);
+    }
+}
+
+/// A finding waiting for the innermost span open at `unix_nanos` to be exported.
+#[derive(Debug, Clone)]
+pub(crate) struct PendingEvent {
+    pub(crate) name: &'static str,
+    pub(crate) unix_nanos: u64,
+    pub(crate) attributes: Vec<KeyValue>,
+}
+
+/// What one finding writes.
+struct Job {
+    path: PathBuf,
+    body: serde_json::Value,
+    /// The warning line printed once the file is written.
+    warning: String,
+    done: Option<SyncSender<()>>,
+}
+
+/// Shared by the ring observer (sampler thread), the span tap (export thread),
+/// [`record_oom`] and the panic hook.
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    ring: Mutex<Ring>,
+    threshold: f64,
+    open_spans: Arc<OpenSpans>,
+    pending: Mutex<Vec<PendingEvent>>,
+    /// NVML indexes of the devices, in sampler order (set once the sampler has started).
+    device_indexes: OnceLock<Vec<u32>>,
+    run_dir: PathBuf,
+    writer: Mutex<Option<SyncSender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    counts: Arc<Counts>,
+    /// Files written so far, to keep names unique within a millisecond.
+    written: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Recorders of the running telemetries, for [`record_oom`] and the panic hook.
+static RECORDERS: Mutex<Vec<Weak<Recorder>>> = Mutex::new(Vec::new());
+
+impl Recorder {
+    /// Starts the file-writing thread and registers the recorder for [`record_oom`].
+    pub(crate) fn start(
+        threshold: f64,
+        window: Duration,
+        run_dir: PathBuf,
+        open_spans: Arc<OpenSpans>,
+        counts: Arc<Counts>,
+    ) -> std::io::Result<Arc<Self>> {
+        let (sender, receiver) = mpsc::sync_channel::<Job>(8);
+        let thread = std::thread::Builder::new()
+            .name("gpuspan-near-oom".into())
+            .spawn(move || write_jobs(&receiver))?;
+        let recorder = Arc::new(Self {
+            ring: Mutex::new(Ring {
+                rows: VecDeque::new(),
+                window_nanos: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+                armed: Vec::new(),
+            }),
+            threshold,
+            open_spans,
+            pending: Mutex::new(Vec::new()),
+            device_indexes: OnceLock::new(),
+            run_dir,
+            writer: Mutex::new(Some(sender)),
+            thread: Mutex::new(Some(thread)),
+            counts,
+            written: AtomicU64::new(0),
+        });
+        let mut recorders = lock(&RECORDERS);
+        recorders.retain(|r| r.strong_count() > 0);
+        recorders.push(Arc::downgrade(&recorder));
+        install_panic_hook();
+        Ok(recorder)
+    }
+
+    /// The NVML index of each device, in the sampler's order.
+    pub(crate) fn set_device_indexes(&self, indexes: Vec<u32>) {
+        let _ = self.device_indexes.set(indexes);
+    }
+
+    fn device_index(&self, position: usize) -> i64 {
+        let index = self
+            .device_indexes
+            .get()
+            .and_then(|d| d.get(position).copied());
+        i64::from(index.unwrap_or(position as u32))
+    }
+
+    /// Findings that wait for their span; the tap takes the ones it places.
+    pub(crate) fn pending(&self) -> MutexGuard<'_, Vec<PendingEvent>> {
+        lock(&self.pending)
+    }
+
+    /// The sampler took a reading: keep it, and check the threshold.
+    fn on_tick(&self, tick: &Tick<'_>) {
+        let mut ring = lock(&self.ring);
+        ring.push(tick);
+        if ring.armed.len() != tick.devices.len() {
+            ring.armed = vec![true; tick.devices.len()];
+        }
+        for (device, (used, total)) in tick.devices.iter().zip(tick.totals).enumerate() {
+            let (Some(used), Some(total)) = (*used, *total) else {
+                continue;
+            };
+            let over = total > 0 && used as f64 >= self.threshold * total as f64;
+            if over && ring.armed[device] {
+                ring.armed[device] = false;
+                let _ = self.found(&ring, NEAR_OOM_EVENT, device, tick.unix_nanos, None, false);
+            } else if !over {
+                ring.armed[device] = true;
+            }
+        }
+    }
+
+    /// The program ran out of memory: record it on the fullest device and wait (up to a
+    /// few seconds) until the file is on disk, since the process may be about to die.
+    fn record_oom(&self, message: &str) {
+        // Tried, not waited for: the panic hook may run on a thread that holds the ring.
+        let mut ring = None;
+        for _ in 0..100 {
+            match self.ring.try_lock() {
+                Ok(guard) => ring = Some(guard),
+                Err(std::sync::TryLockError::Poisoned(p)) => ring = Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+            }
+            break;
+        }
+        let Some(ring) = ring else {
+            return;
+        };
+        let finished = self.oom_finding(&ring, message);
+        drop(ring);
+        // Waited for with the ring unlocked: the sampler keeps sampling meanwhile.
+        if let Some(finished) = finished {
+            let _ = finished.recv_timeout(Duration::from_secs(5));
+        }
+    }
+
+    fn oom_finding(&self, ring: &Ring, message: &str) -> Option<Receiver<()>> {
+        let now = crate::runlog::unix_nanos(SystemTime::now());
+        let device = ring.rows.back().and_then(|row| {
+            row.used
+                .iter()
+                .zip(&row.totals)
+                .enumerate()
+                .filter_map(|(i, (u, t))| Some((i, (*u)? as f64 / (*t)?.max(1) as f64)))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(i, _)| i)
+        });
+        self.found(
+            ring,
+            OOM_EVENT,
+            device.unwrap_or(0),
+            now,
+            Some(message),
+            true,
+        )
+    }
+
+    /// Records one finding: the pending span event, the count and the file. With `wait`,
+    /// returns what says the file is written.
+    fn found(
+        &self,
+        ring: &Ring,
+        event: &'static str,
+        device: usize,
+        unix_nanos: u64,
+        message: Option<&str>,
+        wait: bool,
+    ) -> Option<Receiver<()>> {
+        let last = ring.rows.back();
+        let used = last.and_then(|r| r.used.get(device).copied().flatten());
+        let limit = last.and_then(|r| r.totals.get(device).copied().flatten());
+        let rise = rise_start(ring, device);
+        let rise_span = rise.and_then(|(at, _)| self.open_spans.innermost_at(at));
+        let open = self.open_spans.open();
+        let name = self.file_name(unix_nanos);
+
+        let mut attributes = vec![KeyValue::new("gpu.index", self.device_index(device))];
+        attributes.extend(used.map(|u| KeyValue::new("gpu.memory.used", clamp(u))));
+        attributes.extend(limit.map(|l| KeyValue::new("gpu.memory.limit", clamp(l))));
+        if let Some((_, from)) = rise {
+            attributes.push(KeyValue::new("gpu.memory.rise.from", clamp(from)));
+        }
+        if let Some(span) = &rise_span {
+            attributes.push(KeyValue::new("gpu.memory.rise.span", span.label()));
+        }
+        if let Some(message) = message {
+            attributes.push(KeyValue::new("exception.message", message.to_owned()));
+        }
+        attributes.push(KeyValue::new("gpu.memory.timeline", name.clone()));
+        let mut pending = self.pending();
+        // A finding no exported span covers (none was open) waits for nothing: keep few.
+        if pending.len() >= MAX_PENDING {
+            pending.remove(0);
+        }
+        pending.push(PendingEvent {
+            name: event,
+            unix_nanos,
+            attributes,
+        });
+        drop(pending);
+        let counter = if event == OOM_EVENT {
+            &self.counts.oom
+        } else {
+            &self.counts.near_oom
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+
+        let body = json!({
+            "event": event,
+            "time_unix_nano": unix_nanos,
+            "message": message,
+            "threshold": self.threshold,
+            "device": {"index": self.device_index(device), "used": used, "limit": limit},
+            "rise": {
+                "start_unix_nano": rise.map(|r| r.0),
+                "from": rise.map(|r| r.1),
+                "span": rise_span.as_ref().map(OpenSpan::label),
+            },
+            "open_spans": open.iter().map(|s| json!({
+                "name": s.name,
+                "index": s.index.map(|i| i.1),
+                "start_unix_nano": s.start_unix_nanos,
+            })).collect::<Vec<_>>(),
+            "timeline": timeline(ring, |i| self.device_index(i)),
+        });
+        let (done, finished) = if wait {
+            let (done, finished) = mpsc::sync_channel(1);
+            (Some(done), Some(finished))
+        } else {
+            (None, None)
+        };
+        let what = match (message, used, limit) {
+            (Some(message), _, _) => format!("out of memory ({message})"),
+            (None, Some(used), Some(limit)) => format!(
+                "gpu {} at {:.0}% of its memory ({} of {})",
+                self.device_index(device),
+                used as f64 / limit.max(1) as f64 * 100.0,
+                crate::runlog::format_bytes(clamp(used)),
+                crate::runlog::format_bytes(clamp(limit))
+            ),
+            _ => "near out of memory".to_owned(),
+        };
+        let path = self.run_dir.join(&name);
+        let job = Job {
+            warning: format!("gpuspan: warning: {what}; timeline in {}", path.display()),
+            path,
+            body,
+            done,
+        };
+        let sent = lock(&self.writer)
+            .as_ref()
+            .is_some_and(|w| w.try_send(job).is_ok());
+        finished.filter(|_| sent)
+    }
+
+    /// `near-oom-YYYYMMDD-HHMMSS.mmm.json` (UTC), with a counter past the first.
+    fn file_name(&self, unix_nanos: u64) -> String {
+        let (date, time) = crate::runlog::utc_date_time(unix_nanos / 1_000_000_000);
+        let millis = unix_nanos / 1_000_000 % 1000;
+        match self.written.fetch_add(1, Ordering::Relaxed) {
+            0 => format!("near-oom-{date}-{time}.{millis:03}.json"),
+            n => format!("near-oom-{date}-{time}.{millis:03}-{n}.json"),
+        }
+    }
+
+    /// Writes what is queued and stops the writer thread.
+    pub(crate) fn stop(&self) {
+        lock(&self.writer).take();
+        if let Some(thread) = lock(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn clamp(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// When the rise to the crossing began: the first tick after the device last stood within
+/// a tenth of the way from the ring's lowest figure to the latest one, with that low
+/// figure.
+fn rise_start(ring: &Ring, device: usize) -> Option<(u64, u64)> {
+    let figure = |row: &Row| row.used.get(device).copied().flatten();
+    let latest = figure(ring.rows.back()?)?;
+    let lowest = ring.rows.iter().filter_map(figure).min()?;
+    let mark = lowest + (latest - lowest) / 10;
+    let low = ring
+        .rows
+        .iter()
+        .rposition(|row| figure(row).is_some_and(|v| v <= mark))?;
+    let from = figure(&ring.rows[low])?;
+    let risen = ring.rows.get(low + 1).unwrap_or(&ring.rows[low]);
+    Some((risen.unix_nanos, from))
+}
+
+/// The ring as columns: times, then each figure per device.
+fn timeline(ring: &Ring, index: impl Fn(usize) -> i64) -> serde_json::Value {
+    let devices = ring.rows.back().map_or(0, |r| r.used.len());
+    json!({
+        "unix_nano": ring.rows.iter().map(|r| r.unix_nanos).collect::<Vec<_>>(),
+        "devices": (0..devices).map(|d| json!({
+            "index": index(d),
+            "used": ring.rows.iter().map(|r| r.used.get(d).copied().flatten()).collect::<Vec<_>>(),
+            "limit": ring.rows.back().and_then(|r| r.totals.get(d).copied().flatten()),
+        })).collect::<Vec<_>>(),
+        "process_gpu": ring.rows.iter().map(|r| r.process_gpu).collect::<Vec<_>>(),
+        "allocated": ring.rows.iter().map(|r| r.allocated).collect::<Vec<_>>(),
+        "reserved": ring.rows.iter().map(|r| r.reserved).collect::<Vec<_>>(),
+    })
+}
+
+fn write_jobs(jobs: &Receiver<Job>) {
+    for job in jobs {
+        match write_job(&job) {
+            Ok(()) => eprintln!("{}", job.warning),
+            Err(error) => eprintln!(
+                "gpuspan: warning: cannot write {}: {error}",
+                job.path.display()
+            ),
+        }
+        if let Some(done) = job.done {
+            let _ = done.send(());
+        }
+    }
+}
+
+fn write_job(job: &Job) -> std::io::Result<()> {
+    use std::io::Write as _;
+    if let Some(dir) = job.path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = std::fs::File::create(&job.path)?;
+    serde_json::to_writer(&mut file, &job.body)?;
+    file.write_all(b"\n")?;
+    file.sync_all()
+}
+
+/// Keeps the ring on the sampler thread.
+pub(crate) struct RingObserver(pub(crate) Arc<Recorder>);
+
+impl TickObserver for RingObserver {
+    fn on_tick(&mut self, tick: &Tick<'_>) {
+        self.0.on_tick(tick);
+    }
+}
+
+/// Records an out-of-memory error the program caught: the event `gpu.memory.oom` goes on
+/// the innermost open span (with the device, its memory in use and its total), and the
+/// last seconds of samples with every open span go to `near-oom-<time>.json` in the run
+/// directory. Returns once that file is written (or after 5 s), so a program may exit
+/// right after. It records in the [`Telemetry`](crate::Telemetry) of the current
+/// subscriber, else in every running one; without any it does nothing.
+///
+/// A panic whose message says "out of memory" (as CUDA's and the frameworks' errors do)
+/// is recorded the same way, before the panic unwinds.
+pub fn record_oom(message: &str) {
+    let current = tracing::dispatcher::get_default(|dispatch| {
+        dispatch
+            .downcast_ref::<super::OpenSpanLayer>()
+            .and_then(|layer| layer.recorder.upgrade())
+    });
+    let recorders: Vec<Arc<Recorder>> = match current {
+        Some(recorder) => vec![recorder],
+        None => lock(&RECORDERS).iter().filter_map(Weak::upgrade).collect(),
+    };
+    for recorder in recorders {
+        recorder.record_oom(message);
+    }
+}
+
+/// Whether a panic message reads as an out-of-memory error.
+fn is_oom_message(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("out of memory") || message.contains("out_of_memory")
+}
+
+/// Chains a hook that records OOM panics in front of the program's own hook, once.
+fn install_panic_hook() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned());
+            if let Some(message) = message.filter(|m| is_oom_message(m)) {
+                record_oom(&message);
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// `SystemTime` of a UNIX-nanosecond instant.
+pub(crate) fn system_time(unix_nanos: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(unix_nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring_of(values: &[u64]) -> Ring {
+        let mut ring = Ring {
+            rows: VecDeque::new(),
+            window_nanos: 5_000,
+            armed: Vec::new(),
+        };
+        for (i, &v) in values.iter().enumerate() {
+            let used = [Some(v)];
+            let totals = [Some(100)];
+            ring.push(&Tick {
+                unix_nanos: 1000 * (i as u64 + 1),
+                devices: &used,
+                totals: &totals,
+                process_gpu: None,
+                host_rss: None,
+                allocated: None,
+                reserved: None,
+            });
+        }
+        ring
+    }
+
+    #[test]
+    fn the_ring_keeps_only_its_window() {
+        let ring = ring_of(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        let times: Vec<u64> = ring.rows.iter().map(|r| r.unix_nanos).collect();
+        assert_eq!(times, [5000, 6000, 7000, 8000, 9000, 10000]);
+    }
+
+    #[test]
+    fn the_rise_starts_where_the_device_last_stood_low() {
+        let ring = ring_of(&[40, 30, 31, 30, 50, 70, 96]);
+        // Window 5 µs: 30, 31, 30, 50, 70, 96 are kept; lowest 30, mark 36: the rise
+        // starts with the 50 read after the last 30.
+        assert_eq!(rise_start(&ring, 0), Some((5000, 30)));
+    }
+
+    #[test]
+    fn out_of_memory_panics_are_recognised() {
+        assert!(is_oom_message(
+            "CUDA out of memory. Tried to allocate 2.00 GiB"
+        ));
+        assert!(is_oom_message("DriverError(CUDA_ERROR_OUT_OF_MEMORY)"));
+        assert!(!is_oom_message("index out of bounds"));
+    }
+}

@@ -1,0 +1,65 @@
+//! Diagnosis read back from a run directory's spans, for `gpuspan report`: the marks the
+//! epoch spans' events left, and the batch-size fit over the step spans.
+
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+use super::batch_fit::BatchFitter;
+use super::{BUDGET_EVENT, LEAK_EVENT, NEAR_OOM_EVENT, OOM_EVENT};
+use crate::runlog::{Role, RunSummary, SpanRecord};
+
+/// Collects what the summary needs while `read_run` walks the spans.
+#[derive(Debug, Default)]
+pub(crate) struct RunReader {
+    marks: Vec<(i64, String)>,
+    fitter: BatchFitter,
+}
+
+impl RunReader {
+    /// One span from `traces.jsonl`.
+    pub(crate) fn read(&mut self, span: &Span) {
+        if span.name != "epoch" && span.name != "step" {
+            return;
+        }
+        let record = SpanRecord::from_otlp(span);
+        match record.role {
+            Role::Step(_) => {
+                if let (Some(batch), Some(gpu)) = (record.batch_size, record.gpu) {
+                    self.fitter.add(batch, gpu.peak);
+                }
+            }
+            Role::Epoch(epoch) => {
+                for event in &span.events {
+                    let mark = match event.name.as_str() {
+                        LEAK_EVENT => {
+                            let rule = event
+                                .attributes
+                                .iter()
+                                .find(|kv| kv.key == "gpu.memory.leak.rule")
+                                .and_then(|kv| kv.value.as_ref())
+                                .and_then(|v| match &v.value {
+                                    Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => Some(s.as_str()),
+                                    _ => None,
+                                })
+                                .unwrap_or("?");
+                            format!("leak? {rule}")
+                        }
+                        BUDGET_EVENT => "over budget".to_owned(),
+                        NEAR_OOM_EVENT => "near OOM".to_owned(),
+                        OOM_EVENT => "OOM".to_owned(),
+                        _ => continue,
+                    };
+                    self.marks.push((epoch, mark));
+                }
+            }
+            Role::Other => {}
+        }
+    }
+
+    /// Adds the marks and the fit (no device total is known here, so no largest batch).
+    pub(crate) fn finish(self, summary: &mut RunSummary) {
+        summary.marks.extend(self.marks);
+        if let Some(fit) = self.fitter.fit(None) {
+            summary.notes.push(fit.describe());
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The diagnosis tap: on the export thread, every closed span passes it before export. It
+//! adds the driver-vs-framework attributes, applies the leak rules and the budget, feeds
+//! the batch-size fit, and places the near-OOM events on the spans they belong to.
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use opentelemetry::trace::{Event, Status};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::trace::SpanData;
+
+use super::leak::{LeakDetector, LeakFinding, LeakRule};
+use super::near_oom::{system_time, Recorder};
+use super::{Counts, Findings, Limits, BUDGET_EVENT, LEAK_EVENT};
+use crate::export::tap::SpanTap;
+use crate::runlog::{format_bytes, Role, SpanRecord};
+
+/// This process's GPU memory minus the allocator's reserved pool, at their peaks.
+pub(crate) const NON_ALLOCATOR_PEAK: &str = "gpu.memory.non_allocator.peak";
+/// Reserved minus allocated, at their peaks: the cached pool nothing uses.
+pub(crate) const FRAGMENTATION_PEAK: &str = "gpu.allocator.fragmentation.peak";
+
+pub(crate) struct DiagnoseTap {
+    pub(crate) leaks: LeakDetector,
+    pub(crate) limits: Limits,
+    pub(crate) budget_error: bool,
+    pub(crate) findings: Arc<Mutex<Findings>>,
+    pub(crate) counts: Arc<Counts>,
+    pub(crate) recorder: Option<Arc<Recorder>>,
+    pub(crate) warned_leak: bool,
+    pub(crate) warned_budget: bool,
+}
+
+impl SpanTap for DiagnoseTap {
+    fn on_span(&mut self, span: &mut SpanData, record: &SpanRecord) {
+        add_framework_attributes(span, record);
+        let shared = Arc::clone(&self.findings);
+        let mut findings = shared
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let end = record.gpu.map(|m| m.end);
+        match record.role {
+            Role::Step(_) => {
+                self.leaks.on_step(end);
+                if let (Some(batch), Some(gpu)) = (record.batch_size, record.gpu) {
+                    findings.fitter.add(batch, gpu.peak);
+                }
+            }
+            Role::Epoch(epoch) => {
+                for finding in self.leaks.on_epoch(end) {
+                    self.leak_found(span, epoch, &finding, &mut findings);
+                }
+            }
+            Role::Other => {}
+        }
+        self.check_budget(span, record, &mut findings);
+        drop(findings);
+        self.place_pending(span, record);
+    }
+}
+
+impl DiagnoseTap {
+    fn leak_found(
+        &mut self,
+        span: &mut SpanData,
+        epoch: i64,
+        finding: &LeakFinding,
+        findings: &mut Findings,
+    ) {
+        let growth_key = match finding.rule {
+            LeakRule::StepTrend => "gpu.memory.leak.growth_per_step",
+            _ => "gpu.memory.leak.growth_per_epoch",
+        };
+        let attributes = vec![
+            KeyValue::new("gpu.memory.leak.rule", finding.rule.name()),
+            KeyValue::new(growth_key, finding.growth),
+            KeyValue::new("gpu.memory.leak.first", finding.first),
+            KeyValue::new("gpu.memory.leak.last", finding.last),
+            KeyValue::new("gpu.memory.leak.points", finding.points as i64),
+        ];
+        span.events
+            .events
+            .push(Event::new(LEAK_EVENT, span.end_time, attributes, 0));
+        self.counts.leak[finding.rule as usize].fetch_add(1, Ordering::Relaxed);
+        let unit = if finding.rule == LeakRule::StepTrend {
+            "step"
+        } else {
+            "epoch"
+        };
+        let description = format!(
+            "leak? {} +{}/{unit}",
+            finding.rule.name(),
+            format_bytes(finding.growth)
+        );
+        if !self.warned_leak {
+            self.warned_leak = true;
+            eprintln!(
+                "gpuspan: warning: memory leak suspected at epoch {epoch}: end memory grows by \
+                 {}/{unit} ({} to {} over {} {unit}s, {} rule)",
+                format_bytes(finding.growth),
+                format_bytes(finding.first),
+                format_bytes(finding.last),
+                finding.points,
+                finding.rule.name()
+            );
+        }
+        findings.marks.push((epoch, description));
+    }
+
+    /// Compares each device's peak with its budget, and keeps the highest peak for the
+    /// headroom line.
+    fn check_budget(&mut self, span: &mut SpanData, record: &SpanRecord, findings: &mut Findings) {
+        // Per device with several devices; the summed figure is the one device's otherwise.
+        let peaks: Vec<(usize, i64)> = if record.devices.is_empty() {
+            match (record.gpu, self.limits.devices.len()) {
+                (Some(gpu), 1) => vec![(0, gpu.peak)],
+                _ => Vec::new(),
+            }
+        } else {
+            record
+                .devices
+                .iter()
+                .filter_map(|d| {
+                    let position = self
+                        .limits
+                        .devices
+                        .iter()
+                        .position(|l| l.index == d.index)?;
+                    Some((position, d.peak?))
+                })
+                .collect()
+        };
+        let mut over = Vec::new();
+        for (position, peak) in peaks {
+            let device = &self.limits.devices[position];
+            let Some(budget) = device.budget else {
+                continue;
+            };
+            let budget = i64::try_from(budget).unwrap_or(i64::MAX);
+            let label = describe(record);
+            let higher = findings
+                .highest
+                .as_ref()
+                .is_none_or(|h| peak - budget > h.peak - h.budget);
+            if higher {
+                findings.highest = Some(super::Highest {
+                    device: device.index,
+                    peak,
+                    budget,
+                    span: label.clone(),
+                });
+            }
+            if peak > budget {
+                over.push((device.index, peak, budget));
+            }
+        }
+        for &(index, peak, budget) in &over {
+            span.events.events.push(Event::new(
+                BUDGET_EVENT,
+                span.end_time,
+                vec![
+                    KeyValue::new("gpu.index", i64::from(index)),
+                    KeyValue::new("gpu.memory.peak", peak),
+                    KeyValue::new("gpu.memory.budget", budget),
+                ],
+                0,
+            ));
+            self.counts.budget.fetch_add(1, Ordering::Relaxed);
+            findings.over_budget += 1;
+            if let Role::Epoch(epoch) = record.role {
+                findings.marks.push((epoch, "over budget".to_owned()));
+            }
+            if !self.warned_budget {
+                self.warned_budget = true;
+                eprintln!(
+                    "gpuspan: warning: {} peaked at {} on gpu {index}, over the memory budget \
+                     of {}",
+                    describe(record),
+                    format_bytes(peak),
+                    format_bytes(budget)
+                );
+            }
+        }
+        if let (true, Some(&(index, peak, budget))) = (self.budget_error, over.first()) {
+            if !matches!(span.status, Status::Error { .. }) {
+                span.status = Status::error(format!(
+                    "memory budget exceeded: peak {} over the budget of {} on gpu {index}",
+                    format_bytes(peak),
+                    format_bytes(budget)
+                ));
+            }
+        }
+    }
+
+    /// Puts each waiting near-OOM or OOM event on this span if it is the innermost span
+    /// open at the event's time: spans pass in the order they end, so the first span
+    /// that covers the time is the innermost one.
+    fn place_pending(&mut self, span: &mut SpanData, record: &SpanRecord) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let mut pending = recorder.pending();
+        if pending.is_empty() {
+            return;
+        }
+        let (start, end) = (record.start_unix_nanos, record.end_unix_nanos);
+        pending.retain(|event| {
+            if start <= event.unix_nanos && event.unix_nanos <= end {
+                span.events.events.push(Event::new(
+                    Cow::Borrowed(event.name),
+                    system_time(event.unix_nanos),
+                    event.attributes.clone(),
+                    0,
+                ));
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+/// `epoch 3`, `step 12`, or the span's name.
+fn describe(record: &SpanRecord) -> String {
+    match record.role {
+        Role::Epoch(i) => format!("epoch {i}"),
+        Role::Step(i) => format!("step {i}"),
+        Role::Other => record.name.clone(),
+    }
+}
+
+/// With allocator counters fed: what the driver holds beyond the allocator's pool, and
+/// the part of the pool not allocated.
+fn add_framework_attributes(span: &mut SpanData, record: &SpanRecord) {
+    if let (Some(process), Some(reserved)) = (record.process_gpu, record.reserved_peak) {
+        span.attributes.push(KeyValue::new(
+            NON_ALLOCATOR_PEAK,
+            (process.peak - reserved).max(0),
+        ));
+    }
+    if let (Some(allocated), Some(reserved)) = (record.allocated_peak, record.reserved_peak) {
+        span.attributes.push(KeyValue::new(
+            FRAGMENTATION_PEAK,
+            (reserved - allocated).max(0),
+        ));
+    }
+}
