@@ -14,9 +14,9 @@ use super::summary::Memory;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Role {
-    /// An `epoch` span with its `ml.epoch`.
+    /// An `epoch` span with its `ml.epoch` (-1 when it has none).
     Epoch(i64),
-    /// A `step` span with its `ml.step`.
+    /// A `step` span with its `ml.step` (-1 when it has none).
     Step(i64),
     /// Any other span.
     Other,
@@ -114,9 +114,11 @@ impl SpanRecord {
                 end: int(end)?,
             })
         };
+        // By name, as the macros make them; an index missing (a span from another program
+        // named the same) reads as -1, so the span still counts.
         let role = match name {
-            "epoch" => int("ml.epoch").map_or(Role::Other, Role::Epoch),
-            "step" => int("ml.step").map_or(Role::Other, Role::Step),
+            "epoch" => Role::Epoch(int("ml.epoch").unwrap_or(-1)),
+            "step" => Role::Step(int("ml.step").unwrap_or(-1)),
             _ => Role::Other,
         };
         let mut devices: Vec<DeviceFigures> = Vec::new();
