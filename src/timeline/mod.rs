@@ -5,6 +5,9 @@
 //! Observers run on the sampler thread, never on the training thread: they must not block
 //! (no I/O; hand data to a thread of their own through a bounded queue).
 
+pub(crate) mod file;
+pub(crate) mod writer;
+
 /// One tick of the sampler: every figure it holds at a wall-clock instant.
 #[derive(Debug, Clone, Copy)]
 #[allow(dead_code)] // read by the observers that keep ticks
