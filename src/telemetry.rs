@@ -42,6 +42,8 @@ pub fn init() -> Result<Telemetry, InitError> {
 pub struct Builder {
     code: CodeSettings,
     source: Option<Box<dyn MemorySource>>,
+    // Timeline file and TensorBoard switches (resolved in report::setup).
+    pictures: crate::report::setup::PictureCode,
 }
 
 impl std::fmt::Debug for Builder {
@@ -175,6 +177,20 @@ impl Builder {
         self
     }
 
+    /// Whether the run directory gets `timeline.bin`, every sample that changed a figure
+    /// (else `GPUSPAN_TIMELINE`, else on when traces or metrics go to the run directory).
+    pub fn timeline(mut self, write: bool) -> Self {
+        self.pictures.timeline = Some(write);
+        self
+    }
+
+    /// Whether the run directory gets TensorBoard event files with each step's and epoch's
+    /// memory (else `GPUSPAN_TENSORBOARD`, else off).
+    pub fn tensorboard(mut self, write: bool) -> Self {
+        self.pictures.tensorboard = Some(write);
+        self
+    }
+
     /// Sets everything up and installs a global tracing subscriber: gpuspan's layer plus a
     /// `fmt` layer for events, filtered by `RUST_LOG` (errors only when unset). Also sets
     /// the global OTel tracer and meter providers, and flushes on SIGINT and SIGTERM.
@@ -231,7 +247,8 @@ impl Builder {
         if settings.disabled {
             return Ok(Telemetry { inner: None });
         }
-        Inner::start(settings, self.source).map(|inner| Telemetry {
+        let pictures = crate::report::setup::from_env(self.pictures, &settings)?;
+        Inner::start(settings, self.source, pictures).map(|inner| Telemetry {
             inner: Some(Box::new(inner)),
         })
     }
@@ -403,10 +420,12 @@ impl Inner {
     fn start(
         settings: Settings,
         custom_source: Option<Box<dyn MemorySource>>,
+        pictures: crate::report::setup::Pictures,
     ) -> Result<Self, InitError> {
         let source = custom_source.or_else(|| open_gpu_source(&settings));
+        let observers = crate::report::setup::observers(pictures, &settings, source.as_deref())?;
         let sampler =
-            Sampler::start(source, settings.sample_interval, Vec::new()).map_err(|source| {
+            Sampler::start(source, settings.sample_interval, observers).map_err(|source| {
                 InitError::Thread {
                     what: "sampler",
                     source,
@@ -431,6 +450,7 @@ impl Inner {
             runtime: None,
             run_dir: run_dir.as_deref(),
             health: Vec::new(),
+            taps: crate::report::setup::taps(pictures, &settings)?,
         };
         let tracer_provider = pipes.tracer_provider(&settings.traces, &resource)?;
         let tracer = tracer_provider.tracer("gpuspan");
@@ -609,6 +629,8 @@ struct Pipes<'a> {
     runtime: Option<tokio::runtime::Runtime>,
     run_dir: Option<&'a Path>,
     health: Vec<Arc<ExportHealth>>,
+    // Span taps (TensorBoard), given to the span pipeline.
+    taps: Vec<Box<dyn crate::export::tap::SpanTap>>,
 }
 
 impl Pipes<'_> {
@@ -656,13 +678,15 @@ impl Pipes<'_> {
                 let handle = self.runtime()?;
                 let exporter = otlp::span_exporter(target, &handle)?;
                 let health = self.health(target.endpoint.clone(), "span");
-                QueueProcessor::start(exporter, Some(handle), queue, health, Vec::new())
+                let taps = std::mem::take(&mut self.taps);
+                QueueProcessor::start(exporter, Some(handle), queue, health, taps)
             }
             Destination::RunDir | Destination::Console => {
                 let (lines, name) = self.lines(destination, runlog::TRACES_FILE)?;
                 let health = self.health(name, "span");
                 let exporter = JsonlSpanExporter::new(lines, resource);
-                QueueProcessor::start(exporter, None, queue, health, Vec::new())
+                let taps = std::mem::take(&mut self.taps);
+                QueueProcessor::start(exporter, None, queue, health, taps)
             }
         };
         Ok(builder
