@@ -3,6 +3,7 @@
 pub mod example;
 pub mod fake_nvml;
 pub mod http;
+pub mod pictures;
 pub mod receiver;
 pub mod rotel_debug;
 pub mod sampling;
