@@ -30,17 +30,27 @@
       lo = nlo; hi = nhi;
       levels.push({ width: levels[levels.length - 1].width * 2, lo: lo, hi: hi });
     }
+    // The axis starts at zero unless everything sits in the upper half: then it starts
+    // just under the lowest value, so the swings of a busy device show.
     const top = Math.max(lane.top, 1);
-    const ymax = lane.total && lane.total < top * 1.6 ? Math.max(lane.total, top) * 1.04 : top * 1.12;
-    return { label: lane.label, total: lane.total, scale: lane.scale, levels: levels, ymax: ymax };
+    let low = Infinity;
+    for (let i = 0; i < lo.length; i++) if (lo[i] !== NONE && lo[i] < low) low = lo[i];
+    low = low === Infinity ? 0 : low * lane.scale;
+    const ymin = low > top / 2 ? Math.max(0, low - 0.15 * (top - low) - top * 0.001) : 0;
+    const high = lane.total && lane.total < top * 1.6 && ymin === 0 ? Math.max(lane.total, top) : top;
+    const ymax = high + 0.1 * (high - ymin) + 1;
+    return { label: lane.label, total: lane.total, scale: lane.scale, levels: levels, ymin: ymin, ymax: ymax };
   });
 
   const S = (function () {
     const n = D.steps.n, f = new Float64Array(bytesOf(D.steps.data));
     return { n: n, start: f.subarray(0, n), end: f.subarray(n, 2 * n), peak: f.subarray(2 * n, 3 * n), index: f.subarray(3 * n, 4 * n) };
   })();
-  let stepTop = 0;
-  for (let i = 0; i < S.n; i++) if (S.peak[i] > stepTop) stepTop = S.peak[i];
+  // Steps are shaded from green to red over the range of their peaks (no shading when
+  // the peaks are within 1 % of each other).
+  let stepLow = Infinity, stepTop = 0;
+  for (let i = 0; i < S.n; i++) if (!isNaN(S.peak[i])) { stepTop = Math.max(stepTop, S.peak[i]); stepLow = Math.min(stepLow, S.peak[i]); }
+  const stepRange = stepTop - stepLow > stepTop * 0.01 ? stepTop - stepLow : 0;
 
   const full = [0, Math.max(D.duration, 1e-3)];
   let view = full.slice(), W = 0, H = 0, drag = null;
@@ -51,7 +61,10 @@
   const plotW = function () { return W - LEFT - RIGHT; };
   const xOf = function (t) { return LEFT + (t - view[0]) / (view[1] - view[0]) * plotW(); };
   const tOf = function (x) { return view[0] + (x - LEFT) / plotW() * (view[1] - view[0]); };
-  const yOf = function (lane, bytes) { return laneY(lane) + LANE - bytes / lanes[lane].ymax * LANE; };
+  const yOf = function (lane, bytes) {
+    const l = lanes[lane];
+    return laneY(lane) + LANE - Math.max(0, bytes - l.ymin) / (l.ymax - l.ymin) * LANE;
+  };
 
   function mib(b) { return (b / 1048576).toFixed(1) + " MiB"; }
   function clock(t) {
@@ -108,11 +121,11 @@
       ctx.fillText(lane.label + (lane.total ? "  (" + mib(lane.total) + " installed)" : ""), LEFT, y0 - 4);
       ctx.fillStyle = "#f6f8fa"; ctx.fillRect(LEFT, y0, plotW(), LANE);
       ctx.strokeStyle = "#d1d9e0"; ctx.fillStyle = "#59636e"; ctx.textAlign = "right";
-      const step = niceStep(lane.ymax, 4);
-      for (let v = 0; v <= lane.ymax; v += step) {
+      const step = niceStep(lane.ymax - lane.ymin, 4);
+      for (let v = Math.ceil(lane.ymin / step) * step; v <= lane.ymax; v += step) {
         const y = yOf(li, v);
         ctx.beginPath(); ctx.moveTo(LEFT, y + 0.5); ctx.lineTo(LEFT + plotW(), y + 0.5); ctx.stroke();
-        ctx.fillText(v >= 1073741824 ? (v / 1073741824).toFixed(1) + " GiB" : mib(v), LEFT - 6, y + 4);
+        ctx.fillText(v >= 1073741824 ? (v / 1073741824).toFixed(step < 107374182 ? 2 : 1) + " GiB" : mib(v), LEFT - 6, y + 4);
       }
       if (lane.total && lane.total <= lane.ymax) {
         const y = yOf(li, lane.total);
@@ -146,7 +159,7 @@
     for (let i = 0; i < S.n; i++) {
       if (S.end[i] < view[0] || S.start[i] > view[1]) continue;
       const x0 = xOf(S.start[i]), x1 = xOf(S.end[i]);
-      const f = isNaN(S.peak[i]) || stepTop <= 0 ? 0.3 : S.peak[i] / stepTop;
+      const f = isNaN(S.peak[i]) || stepRange === 0 ? 0 : (S.peak[i] - stepLow) / stepRange;
       ctx.fillStyle = "hsl(" + (140 - 140 * f) + ",65%," + (i % 2 ? 42 : 50) + "%)";
       ctx.fillRect(x0, sy, Math.max(1, x1 - x0 - (x1 - x0 > 4 ? 1 : 0)), STEP_H);
     }

@@ -17,9 +17,11 @@ const LANE: f64 = 140.0;
 const GAP: f64 = 26.0;
 const BAR: f64 = 18.0;
 
-fn mib(bytes: f64) -> String {
+/// An axis label, with enough decimals to tell ticks `step` apart.
+fn mib(bytes: f64, step: f64) -> String {
     if bytes >= 1073741824.0 {
-        format!("{:.1} GiB", bytes / 1073741824.0)
+        let decimals = if step < 107374182.4 { 2 } else { 1 };
+        format!("{:.*} GiB", decimals, bytes / 1073741824.0)
     } else {
         format!("{:.0} MiB", bytes / 1048576.0)
     }
@@ -78,9 +80,16 @@ pub fn svg(run: &Run, width: u32) -> String {
         for (i, lane) in lanes.iter().enumerate() {
             let env = envelope(&lane.series.points, start, span / plot, pixels);
             let top = env.iter().flatten().map(|b| b.1).max().unwrap_or(1).max(1) as f64;
-            let ymax = top * 1.12;
+            let low = env.iter().flatten().map(|b| b.0).min().unwrap_or(0) as f64;
+            // From zero unless everything sits in the upper half (as the page does).
+            let ymin = if low > top / 2.0 {
+                (low - 0.15 * (top - low) - top * 0.001).max(0.0)
+            } else {
+                0.0
+            };
+            let ymax = top + 0.1 * (top - ymin) + 1.0;
             let y0 = TOP + i as f64 * (LANE + GAP);
-            let y_of = |v: f64| y0 + LANE - v / ymax * LANE;
+            let y_of = |v: f64| y0 + LANE - (v - ymin).max(0.0) / (ymax - ymin) * LANE;
             let _ = write!(
                 out,
                 "<text x=\"{LEFT}\" y=\"{}\">{}</text>\
@@ -88,8 +97,8 @@ pub fn svg(run: &Run, width: u32) -> String {
                 y0 - 5.0,
                 escape(&lane.label)
             );
-            let step = nice_step(ymax, 4.0);
-            let mut v = 0.0;
+            let step = nice_step(ymax - ymin, 4.0);
+            let mut v = (ymin / step).ceil() * step;
             while v <= ymax {
                 let y = y_of(v);
                 let _ = write!(
@@ -99,7 +108,7 @@ pub fn svg(run: &Run, width: u32) -> String {
                     LEFT + plot,
                     LEFT - 6.0,
                     y + 4.0,
-                    mib(v)
+                    mib(v, step)
                 );
                 v += step;
             }
@@ -122,14 +131,18 @@ pub fn svg(run: &Run, width: u32) -> String {
         }
     }
     // Epoch and step bars; steps narrower than a pixel merge into the pixel's highest peak.
-    let step_top = run
+    // Shaded green to red over the range of the step peaks (flat within 1 %).
+    let peaks = run
         .spans
         .iter()
         .filter(|s| matches!(s.role, Role::Step(_)))
-        .filter_map(|s| s.gpu.map(|m| m.peak))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
+        .filter_map(|s| s.gpu.map(|m| m.peak as f64));
+    let (step_low, step_top) = peaks.fold((f64::MAX, 0f64), |(lo, hi), p| (lo.min(p), hi.max(p)));
+    let step_range = if step_top - step_low > step_top * 0.01 {
+        step_top - step_low
+    } else {
+        0.0
+    };
     let mut pixel_peak: Vec<Option<f64>> = vec![None; pixels + 1];
     for span in &run.spans {
         let x0 = x_of(span.start_unix_nanos);
@@ -165,7 +178,12 @@ pub fn svg(run: &Run, width: u32) -> String {
     let sy = bars + BAR + 6.0;
     for (x, peak) in pixel_peak.iter().enumerate() {
         if let Some(peak) = peak {
-            let hue = 140.0 - 140.0 * (peak / step_top);
+            let f = if step_range > 0.0 {
+                (peak - step_low) / step_range
+            } else {
+                0.0
+            };
+            let hue = 140.0 - 140.0 * f;
             let _ = write!(
                 out,
                 "<rect x=\"{}\" y=\"{sy}\" width=\"1\" height=\"{BAR}\" fill=\"hsl({hue:.0},65%,46%)\"/>",
