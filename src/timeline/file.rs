@@ -544,6 +544,7 @@ mod tests {
             last = values;
         }
         let per_device_hour = file.len() / devices.len();
+        eprintln!("a steady hour: {per_device_hour} bytes per device, {changes} records");
         assert!(
             per_device_hour < 1_000_000,
             "{} bytes per device for an hour ({changes} changing samples)",
