@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the picture tests use:
-#   - Chromium from Debian's packages (the HTML report is opened in it, headless);
+#   - Chromium from Debian's packages (the HTML report is opened in it, headless), and
+#     Node.js and npm from Debian when they are missing;
 #   - playwright-core from npm, which drives that Chromium (no browser download), in
 #     target/pictures/node_modules;
 #   - the tensorboard package from PyPI (its event reader checks the tfevents files), in a
@@ -26,14 +27,18 @@ exec 9>"$dir/install.lock"
 flock 9
 say() { echo "pictures/install.sh: $*" >&2; }
 
-# --- Chromium from Debian -------------------------------------------------------------------
-if ! command -v chromium >/dev/null 2>&1; then
-    say "installing chromium from Debian's packages"
+# --- Chromium (and Node.js when missing) from Debian -----------------------------------------
+want=()
+command -v chromium >/dev/null 2>&1 || want+=(chromium fonts-dejavu-core)
+command -v node >/dev/null 2>&1 || want+=(nodejs)
+command -v npm >/dev/null 2>&1 || want+=(npm)
+if ((${#want[@]})); then
+    say "installing ${want[*]} from Debian's packages"
     export DEBIAN_FRONTEND=noninteractive
     apt=(apt-get -qq -o DPkg::Lock::Timeout=300)
     "${apt[@]}" update
-    "${apt[@]}" install -y --no-install-recommends chromium fonts-dejavu-core >/dev/null || {
-        say "apt-get install chromium failed"
+    "${apt[@]}" install -y --no-install-recommends "${want[@]}" >/dev/null || {
+        say "apt-get install ${want[*]} failed"
         exit 1
     }
 fi
