@@ -221,3 +221,58 @@ pub(crate) fn batch_fit(spans: &[SpanRecord], device_total: Option<u64>) -> Opti
         largest_batch,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = r#"{"resourceSpans":[{"scopeSpans":[{"spans":[
+        {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"step",
+         "startTimeUnixNano":"1000","endTimeUnixNano":"5000",
+         "attributes":[{"key":"ml.step","value":{"intValue":"4"}},
+                       {"key":"batch_size","value":{"intValue":"8"}},
+                       {"key":"gpu.memory.start","value":{"intValue":"100"}},
+                       {"key":"gpu.memory.peak","value":{"intValue":"180"}},
+                       {"key":"gpu.memory.end","value":{"intValue":"100"}}],
+         "events":[{"timeUnixNano":"3000","name":"gpu.memory.near_oom",
+                    "attributes":[{"key":"gpu.index","value":{"intValue":"0"}}]},
+                   {"timeUnixNano":"3500","name":"something.else"}]},
+        {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060709","name":"step",
+         "startTimeUnixNano":"6000","endTimeUnixNano":"9000",
+         "attributes":[{"key":"ml.step","value":{"intValue":"5"}},
+                       {"key":"batch_size","value":{"intValue":"16"}},
+                       {"key":"gpu.memory.start","value":{"intValue":"100"}},
+                       {"key":"gpu.memory.peak","value":{"intValue":"260"}},
+                       {"key":"gpu.memory.end","value":{"intValue":"100"}}]}
+    ]}]}]}"#;
+
+    #[test]
+    fn diagnosis_events_become_markers_and_batch_sizes_a_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        let line: String = LINE.split_whitespace().collect();
+        std::fs::write(dir.path().join(runlog::TRACES_FILE), line + "\n").unwrap();
+        let run = Run::read(dir.path()).unwrap();
+        assert!(run.timeline.is_none());
+        assert_eq!(run.spans.len(), 2);
+        assert_eq!(
+            run.markers,
+            vec![Marker {
+                name: "gpu.memory.near_oom".into(),
+                unix_nanos: 3000,
+                span: "step 4".into(),
+                attributes: vec![("gpu.index".into(), "0".into())],
+            }]
+        );
+        // 180 = f + 8 p and 260 = f + 16 p.
+        let fit = run.fit.unwrap();
+        assert_eq!((fit.fixed_bytes, fit.per_sample_bytes), (100.0, 10.0));
+        assert_eq!(fit.batch_sizes, 2);
+        assert_eq!(
+            batch_fit(&run.spans, Some(1100)).unwrap().largest_batch,
+            Some(100)
+        );
+        let page = crate::report::html(&run);
+        assert!(page.contains("gpu.memory.near_oom"));
+        assert!(page.contains("Batch size"));
+    }
+}

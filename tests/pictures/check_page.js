@@ -25,7 +25,7 @@ async function look(page) {
     const ctx = canvas.getContext("2d");
     let blue = 0;
     for (let dx = -2; dx <= 2; dx++) {
-      const px = ctx.getImageData(Math.round((g.left + x + dx + 0.5) * dpr), Math.round((g.yOf(0, peak) + 1) * dpr), 1, 1).data;
+      const px = ctx.getImageData(Math.round((g.left + x + dx + 0.5) * dpr), Math.floor((Math.floor(g.yOf(0, peak)) + 1) * dpr), 1, 1).data;
       if (px[2] - px[0] > 100) blue++;
     }
     return { peak: peak, low: sorted[0], median: sorted[Math.floor(sorted.length / 2)], x: x, width: c.hi.length, bluePixels: blue, view: g.view() };
