@@ -10,7 +10,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::file::{figures, header, Encoder, TimelineDevice, TIMELINE_FILE};
 use super::{Tick, TickObserver};
@@ -46,12 +46,17 @@ impl TimelineWriter {
         let thread = std::thread::Builder::new()
             .name("gpuspan-timeline".into())
             .spawn(move || {
+                // At most a second of samples is lost if the process is killed.
+                let mut flushed = Instant::now();
                 loop {
                     match records.recv_timeout(Duration::from_secs(1)) {
                         Ok(record) => file.write_all(&record)?,
-                        // Quiet for a second: make what we have readable.
-                        Err(RecvTimeoutError::Timeout) => file.flush()?,
+                        Err(RecvTimeoutError::Timeout) => {}
                         Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                    if flushed.elapsed() >= Duration::from_secs(1) {
+                        file.flush()?;
+                        flushed = Instant::now();
                     }
                 }
                 file.flush()
