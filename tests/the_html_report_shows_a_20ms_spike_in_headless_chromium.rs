@@ -1,7 +1,8 @@
 //! A run read through the fake NVML library, with one 20 ms spike inside one step, drawn by
 //! `gpuspan report --html` and opened in a real headless Chromium: the page has no console
 //! errors and makes no request, the spike is a visible peak at full width and after zooming
-//! in with the wheel, and hovering its step shows the step's exact peak.
+//! in with the wheel (drawn from the exact samples, and from the min/max buckets only, as a
+//! long run's page is), and hovering its step shows the step's exact peak.
 #![cfg(feature = "cli")]
 
 mod support;
@@ -143,7 +144,9 @@ fn the_spike_is_a_visible_peak_at_every_zoom_and_its_step_shows_its_peak() {
         serde_json::json!([]),
         "the page asked the network"
     );
-    for view in ["full", "zoomed"] {
+    // Drawn from the exact samples (a short run's page), then from the min/max buckets only
+    // (as a long run's page is drawn).
+    for view in ["full", "zoomed", "bucketsFull", "bucketsZoomed"] {
         let shown = &seen[view];
         let drawn = shown["peak"].as_f64().unwrap();
         // The envelope rounds outward to 1/65534 of the lane's top.
@@ -173,6 +176,12 @@ fn the_spike_is_a_visible_peak_at_every_zoom_and_its_step_shows_its_peak() {
     assert!(
         zoomed < full / 10.0,
         "the wheel zoomed in: {full} ms -> {zoomed} ms"
+    );
+    let view = &seen["bucketsZoomed"]["view"];
+    let zoomed = view[1].as_f64().unwrap() - view[0].as_f64().unwrap();
+    assert!(
+        zoomed < full / 10.0,
+        "from the buckets too: {full} ms -> {zoomed} ms"
     );
     let tip = seen["tip"].as_str().expect("a tooltip over the step");
     assert!(tip.starts_with(&format!("step {SPIKE_STEP}\n")), "{tip}");

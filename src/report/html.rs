@@ -6,7 +6,9 @@
 //! computed from the full-resolution timeline, quantized outward to 16 bits). The page
 //! builds coarser levels from it (a min/max pyramid) and at every zoom recomputes each
 //! pixel's envelope from the finest level whose buckets are no wider than a pixel, so a
-//! spike shows at any zoom. Steps carry their exact start, end and peak.
+//! spike shows at any zoom. A run with few enough samples also embeds them as they are, and
+//! zoomed in closer than a bucket the page draws those. Steps carry their exact start, end
+//! and peak.
 
 use std::fmt::Write as _;
 
@@ -19,6 +21,9 @@ use crate::runlog::Role;
 
 /// Buckets embedded over all devices: 2 MiB of envelope, whatever the run's length.
 pub(crate) const BUCKET_BUDGET: usize = 1 << 19;
+/// Samples embedded as they are (all lanes together) when a run has no more than this: the
+/// page then draws them exactly when zoomed in closer than a bucket.
+pub(crate) const POINT_BUDGET: usize = 1 << 17;
 /// Steps embedded with their figures; a longer run keeps the steps with the highest peaks.
 pub(crate) const STEP_BUDGET: usize = 120_000;
 
@@ -78,6 +83,8 @@ fn page_data(run: &Run) -> serde_json::Value {
         let cap = BUCKET_BUDGET / figures.len().max(1);
         let buckets = ((duration_ns / interval).ceil() as usize + 1).clamp(1, cap);
         let width = (duration_ns / (buckets - 1).max(1) as f64).max(1.0);
+        let points: usize = figures.iter().map(|l| l.series.points.len()).sum();
+        let exact = points <= POINT_BUDGET;
         for lane in figures {
             let env = envelope(&lane.series.points, start, width, buckets);
             let top = env.iter().flatten().map(|b| b.1).max().unwrap_or(0);
@@ -95,7 +102,17 @@ fn page_data(run: &Run) -> serde_json::Value {
                 bytes.extend_from_slice(&lo.to_le_bytes());
                 bytes.extend_from_slice(&hi.to_le_bytes());
             }
+            // Exact samples: (ms, bytes) pairs, NaN while not read.
+            let samples = exact.then(|| {
+                let mut bytes = Vec::with_capacity(lane.series.points.len() * 16);
+                for (t, v) in &lane.series.points {
+                    bytes.extend_from_slice(&ms(*t).to_le_bytes());
+                    bytes.extend_from_slice(&v.map_or(f64::NAN, |v| v as f64).to_le_bytes());
+                }
+                b64(&bytes)
+            });
             lanes.push(json!({
+                "samples": samples,
                 "label": lane.label,
                 "total": lane.total,
                 "top": top,

@@ -39,7 +39,9 @@
     const ymin = low > top / 2 ? Math.max(0, low - 0.15 * (top - low) - top * 0.001) : 0;
     const high = lane.total && lane.total < top * 1.6 && ymin === 0 ? Math.max(lane.total, top) : top;
     const ymax = high + 0.1 * (high - ymin) + 1;
-    return { label: lane.label, total: lane.total, scale: lane.scale, levels: levels, ymin: ymin, ymax: ymax };
+    // "#buckets" in the address draws from the buckets only, as a long run's page does.
+    const samples = lane.samples && location.hash !== "#buckets" ? new Float64Array(bytesOf(lane.samples)) : null;
+    return { label: lane.label, total: lane.total, scale: lane.scale, levels: levels, ymin: ymin, ymax: ymax, samples: samples };
   });
 
   const S = (function () {
@@ -79,9 +81,29 @@
     return Math.floor(t / 3.6e6) + " h " + Math.floor((t % 3.6e6) / 6e4) + " min";
   }
 
+  // Per-pixel min and max of the exact samples (each value held until the next).
+  function exactColumns(s, w, per) {
+    const lo = new Float64Array(w).fill(NaN), hi = new Float64Array(w).fill(NaN), n = s.length / 2;
+    let a = 0, b = n;
+    while (a < b) { const m = (a + b) >> 1; if (s[2 * m] <= view[0]) a = m + 1; else b = m; }
+    let i = a, held = a > 0 ? s[2 * (a - 1) + 1] : NaN;
+    for (let x = 0; x < w; x++) {
+      const end = view[0] + (x + 1) * per;
+      let mn = held, mx = held;
+      while (i < n && s[2 * i] < end) {
+        held = s[2 * i + 1];
+        if (!isNaN(held)) { mn = isNaN(mn) ? held : Math.min(mn, held); mx = isNaN(mx) ? held : Math.max(mx, held); }
+        i++;
+      }
+      lo[x] = mn; hi[x] = mx;
+    }
+    return { lo: lo, hi: hi };
+  }
+
   // Per-pixel min and max (in bytes) of one lane over the current view.
   function columns(li) {
     const lane = lanes[li], w = plotW(), per = (view[1] - view[0]) / w;
+    if (lane.samples && per < lane.levels[0].width) return exactColumns(lane.samples, w, per);
     let level = lane.levels[0];
     for (const l of lane.levels) if (l.width <= per) level = l;
     const lo = new Float64Array(w).fill(NaN), hi = new Float64Array(w).fill(NaN);

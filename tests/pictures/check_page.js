@@ -2,7 +2,8 @@
 // and prints what a person would see, as JSON, for the Rust test to judge:
 //   node check_page.js PAGE.html EXPECT.json SCREENSHOT_DIR
 // EXPECT.json: {"spikeMs": time of the spike from the page's origin, "step": ml.step of the
-// step holding it}. Prints {errors, full, zoomed, tip, ...}.
+// step holding it}. Prints {errors, full, zoomed, tip, ...}, and bucketsFull and
+// bucketsZoomed for the page drawn from its min/max buckets only (as a long run's is).
 "use strict";
 const fs = require("fs");
 const os = require("os");
@@ -78,6 +79,18 @@ async function look(page) {
       return t.hidden ? null : t.textContent;
     });
     await page.screenshot({ path: path.join(shots, "report-zoomed.png"), fullPage: true });
+
+    // The same from the buckets only.
+    await page.goto("file://" + path.resolve(page_) + "#buckets");
+    await page.reload();
+    await page.waitForFunction(function () { return window.gpuspan && window.gpuspan.ready; }, null, { timeout: 20000 });
+    out.bucketsFull = await look(page);
+    await page.mouse.move(box.x + at, y);
+    for (let i = 0; i < 8; i++) {
+      await page.mouse.wheel(0, -200);
+      await page.waitForTimeout(30);
+    }
+    out.bucketsZoomed = await look(page);
   } finally {
     await context.close();
     fs.rmSync(profile, { recursive: true, force: true });
