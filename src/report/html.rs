@@ -84,7 +84,14 @@ fn page_data(run: &Run) -> serde_json::Value {
         let buckets = ((duration_ns / interval).ceil() as usize + 1).clamp(1, cap);
         let width = (duration_ns / (buckets - 1).max(1) as f64).max(1.0);
         let points: usize = figures.iter().map(|l| l.series.points.len()).sum();
-        let exact = points <= POINT_BUDGET;
+        // Samples and steps share 4 MiB (before base64), so the page stays under 10 MB.
+        let steps = run
+            .spans
+            .iter()
+            .filter(|s| matches!(s.role, Role::Step(_)))
+            .count()
+            .min(STEP_BUDGET);
+        let exact = points <= POINT_BUDGET && points * 16 + steps * 32 <= 4 << 20;
         for lane in figures {
             let env = envelope(&lane.series.points, start, width, buckets);
             let top = env.iter().flatten().map(|b| b.1).max().unwrap_or(0);
