@@ -20,10 +20,22 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Prints the per-epoch table of a run directory (default: the newest run in
-    /// $GPUSPAN_RUN_DIR or gpuspan-runs).
+    /// $GPUSPAN_RUN_DIR or gpuspan-runs), or draws it as a page or a picture.
     Report {
         /// A run directory, or a directory of runs (its newest run is shown).
         dir: Option<PathBuf>,
+        /// Writes a self-contained HTML page (default: report.html in the run directory).
+        #[arg(long, num_args = 0..=1, value_name = "FILE")]
+        html: Option<Option<PathBuf>>,
+        /// Writes the picture as SVG.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+        /// Writes the picture as PNG (rendered without a browser).
+        #[arg(long, value_name = "FILE")]
+        png: Option<PathBuf>,
+        /// Width of the SVG or PNG picture, in pixels.
+        #[arg(long, default_value_t = 1400)]
+        width: u32,
     },
     /// Prints each device's memory every interval until interrupted.
     Watch {
@@ -115,7 +127,21 @@ where
 {
     let cli = Cli::parse_from(args);
     let result = match cli.command {
-        Command::Report { dir } => report(dir),
+        Command::Report {
+            dir,
+            html,
+            svg,
+            png,
+            width,
+        } => {
+            let pictures = Pictures {
+                html,
+                svg,
+                png,
+                width,
+            };
+            report(dir, &pictures)
+        }
         Command::Watch { every, count } => watch(every, count),
         #[cfg(feature = "collect")]
         Command::Collect {
@@ -190,9 +216,58 @@ pub fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
     }
 }
 
-fn report(dir: Option<PathBuf>) -> Result<(), String> {
+/// What `report` draws besides the table.
+struct Pictures {
+    html: Option<Option<PathBuf>>,
+    svg: Option<PathBuf>,
+    png: Option<PathBuf>,
+    width: u32,
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Writes the page and pictures of one run.
+fn draw(run: &Path, pictures: &Pictures) -> Result<(), String> {
+    let drawn = crate::report::Run::read(run).map_err(|e| e.to_string())?;
+    if let Some(html) = &pictures.html {
+        let path = html.clone().unwrap_or_else(|| run.join("report.html"));
+        write(&path, crate::report::html(&drawn).as_bytes())?;
+    }
+    if let Some(path) = &pictures.svg {
+        write(path, crate::report::svg(&drawn, pictures.width).as_bytes())?;
+    }
+    if let Some(path) = &pictures.png {
+        let png = crate::report::png(&drawn, pictures.width).map_err(|e| e.to_string())?;
+        write(path, &png)?;
+    }
+    Ok(())
+}
+
+fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), String> {
     let dir = dir.unwrap_or_else(runlog::default_run_root);
-    for run in runs_in(&dir)? {
+    let runs = runs_in(&dir)?;
+    if pictures.html.is_some() || pictures.svg.is_some() || pictures.png.is_some() {
+        let named = pictures.html.as_ref().is_some_and(Option::is_some)
+            || pictures.svg.is_some()
+            || pictures.png.is_some();
+        if runs.len() > 1 && named {
+            return Err(format!(
+                "{} holds {} ranks: give one rank's directory (such as {}) to draw it into a named file",
+                dir.display(),
+                runs.len(),
+                runs[0].display()
+            ));
+        }
+        for run in &runs {
+            draw(run, pictures)?;
+        }
+        return Ok(());
+    }
+    for run in runs {
         let summary = runlog::read_run(&run).map_err(|e| e.to_string())?;
         println!("{}", run.display());
         print!("{}", summary.render());

@@ -49,7 +49,8 @@
 //! - `otlp-grpc` (default): OTLP over gRPC.
 //! - `otlp-http` (default): OTLP over HTTP/protobuf.
 //! - `prometheus` (default): the optional Prometheus scrape endpoint.
-//! - `cli`: the `gpuspan` command (`report`, `watch`).
+//! - `png`: [`report::png`] rasterizes the report picture (resvg).
+//! - `cli`: the `gpuspan` command (`report`, `watch`); includes `png`.
 //! - `collect`: [`collect`], the OTLP receiver behind `gpuspan collect` and `gpuspan run`
 //!   (implies `cli`).
 
@@ -66,6 +67,7 @@ mod export;
 mod layer;
 mod macros;
 mod metrics;
+pub mod report;
 mod resource;
 pub mod runlog;
 mod sampler;

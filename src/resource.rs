@@ -35,7 +35,7 @@ pub(crate) fn build(settings: &Settings) -> Resource {
         .build()
 }
 
-fn host_name() -> Option<String> {
+pub(crate) fn host_name() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it
     // when the name fits, and the last byte is kept as a terminator regardless.

@@ -23,6 +23,8 @@ pub struct Builder {
     observers: Vec<Box<dyn crate::timeline::TickObserver>>,
     /// Diagnosis settings, set by the methods in `diagnose::builder`.
     pub(crate) diagnose: crate::diagnose::settings::DiagnoseCode,
+    /// Timeline file and TensorBoard switches (resolved in `report::setup`).
+    pictures: crate::report::setup::PictureCode,
 }
 
 impl std::fmt::Debug for Builder {
@@ -181,6 +183,20 @@ impl Builder {
         self
     }
 
+    /// Whether the run directory gets `timeline.bin`, every sample that changed a figure
+    /// (else `GPUSPAN_TIMELINE`, else on when traces or metrics go to the run directory).
+    pub fn timeline(mut self, write: bool) -> Self {
+        self.pictures.timeline = Some(write);
+        self
+    }
+
+    /// Whether the run directory gets TensorBoard event files with each step's and epoch's
+    /// memory (else `GPUSPAN_TENSORBOARD`, else off).
+    pub fn tensorboard(mut self, write: bool) -> Self {
+        self.pictures.tensorboard = Some(write);
+        self
+    }
+
     /// Sets everything up and installs a global tracing subscriber: gpuspan's layer plus a
     /// `fmt` layer for events, filtered by `RUST_LOG` (errors only when unset). Also sets
     /// the global OTel tracer and meter providers, and flushes on SIGINT and SIGTERM.
@@ -220,8 +236,11 @@ impl Builder {
         if settings.disabled {
             return Ok(Telemetry { inner: None });
         }
-        Inner::start(settings, self.source, self.observers, diagnose).map(|inner| Telemetry {
-            inner: Some(Box::new(inner)),
+        let pictures = crate::report::setup::from_env(self.pictures, &settings)?;
+        Inner::start(settings, self.source, self.observers, diagnose, pictures).map(|inner| {
+            Telemetry {
+                inner: Some(Box::new(inner)),
+            }
         })
     }
 }

@@ -280,8 +280,14 @@ impl Inner {
         custom_source: Option<Box<dyn MemorySource>>,
         mut observers: Vec<Box<dyn crate::timeline::TickObserver>>,
         diagnose: crate::diagnose::settings::DiagnoseSettings,
+        pictures: crate::report::setup::Pictures,
     ) -> Result<Self, InitError> {
         let source = custom_source.or_else(|| crate::source::choose::open_gpu_source(&settings));
+        observers.extend(crate::report::setup::observers(
+            pictures,
+            &settings,
+            source.as_deref(),
+        )?);
         let diagnosis =
             crate::diagnose::Diagnosis::start(diagnose, settings.run_dir()).map_err(|source| {
                 InitError::Thread {
@@ -339,6 +345,7 @@ impl Inner {
         }
         let epochs = SummaryTap::default();
         let mut taps: Vec<Box<dyn SpanTap>> = vec![Box::new(durations)];
+        taps.extend(crate::report::setup::taps(pictures, &settings)?);
         // Diagnosis first: the events it adds are part of what the other taps see.
         taps.splice(0..0, diagnosis.taps());
         if settings.traces == Destination::RunDir {

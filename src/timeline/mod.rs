@@ -5,8 +5,10 @@
 //! Observers run on the sampler thread, never on the training thread: they must not block
 //! (no I/O; hand data to a thread of their own through a bounded queue).
 
+pub(crate) mod file;
 #[cfg(feature = "collect")]
 pub(crate) mod store;
+pub(crate) mod writer;
 
 /// One tick of the sampler: every figure it holds at a wall-clock instant.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,278 @@
+//! A run directory read back for drawing: its timeline, its spans with their diagnosis
+//! events, the epoch table and the batch-size fit.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+
+use crate::runlog::{self, Role, RunSummary, SpanRecord};
+use crate::timeline::file::{read_timeline, Timeline, TIMELINE_FILE};
+
+use super::ReportError;
+
+/// Span events drawn as markers.
+pub const DIAGNOSIS_EVENTS: [&str; 4] = [
+    "gpu.memory.leak_suspected",
+    "gpu.memory.near_oom",
+    "gpu.memory.oom",
+    "gpu.memory.budget_exceeded",
+];
+
+/// A diagnosis event found on a span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    /// The event's name, one of [`DIAGNOSIS_EVENTS`].
+    pub name: String,
+    /// When it happened, UNIX ns.
+    pub unix_nanos: u64,
+    /// The span it is on (`step 12`, `epoch 3`, or the span's name).
+    pub span: String,
+    /// Its attributes, as text.
+    pub attributes: Vec<(String, String)>,
+}
+
+/// Fixed and per-sample memory of a step, fitted over steps that carry `batch_size`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchFit {
+    /// Bytes a step needs whatever its batch size.
+    pub fixed_bytes: f64,
+    /// Bytes each sample of a batch adds.
+    pub per_sample_bytes: f64,
+    /// Distinct batch sizes the fit is over.
+    pub batch_sizes: usize,
+    /// The largest batch whose fitted peak fits in the smallest device, when known.
+    pub largest_batch: Option<u64>,
+}
+
+/// Everything a report draws.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// The timeline, when the run wrote one.
+    pub timeline: Option<Timeline>,
+    /// Every span, in the order the file holds them.
+    pub spans: Vec<SpanRecord>,
+    /// Diagnosis events on the spans.
+    pub markers: Vec<Marker>,
+    /// The per-epoch table.
+    pub summary: RunSummary,
+    /// The batch-size fit, when steps carry at least two batch sizes.
+    pub fit: Option<BatchFit>,
+}
+
+impl Run {
+    /// Reads `dir` (a run directory holding `traces.jsonl` and possibly `timeline.bin`).
+    ///
+    /// # Errors
+    /// `traces.jsonl` cannot be read, or `timeline.bin` is there but is not a timeline.
+    pub fn read(dir: &Path) -> Result<Self, ReportError> {
+        let summary = runlog::read_run(dir).map_err(|source| ReportError::Io {
+            path: dir.join(runlog::TRACES_FILE),
+            source,
+        })?;
+        let (spans, markers) = read_spans(dir)?;
+        let timeline = if dir.join(TIMELINE_FILE).is_file() {
+            Some(read_timeline(&dir.join(TIMELINE_FILE))?)
+        } else {
+            None
+        };
+        let smallest_device = timeline.as_ref().and_then(|t| {
+            (0..t.devices.len())
+                .filter_map(|i| {
+                    t.figure(crate::timeline::file::Figure::DeviceTotal(i))?
+                        .points
+                        .iter()
+                        .rev()
+                        .find_map(|p| p.1)
+                })
+                .min()
+        });
+        let fit = batch_fit(&spans, smallest_device);
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            timeline,
+            spans,
+            markers,
+            summary,
+            fit,
+        })
+    }
+
+    /// First and last instant anything in the run covers, UNIX ns.
+    pub fn extent(&self) -> (u64, u64) {
+        let mut start = u64::MAX;
+        let mut end = 0;
+        for span in &self.spans {
+            start = start.min(span.start_unix_nanos);
+            end = end.max(span.end_unix_nanos);
+        }
+        if let Some(timeline) = &self.timeline {
+            for series in &timeline.series {
+                if let (Some(first), Some(last)) = (series.points.first(), series.points.last()) {
+                    start = start.min(first.0);
+                    end = end.max(last.0);
+                }
+            }
+        }
+        if start > end {
+            (0, 1)
+        } else {
+            (start, end.max(start + 1))
+        }
+    }
+}
+
+fn text(value: Option<&Value>) -> String {
+    match value {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::IntValue(v)) => v.to_string(),
+        Some(Value::DoubleValue(v)) => v.to_string(),
+        Some(Value::BoolValue(v)) => v.to_string(),
+        _ => String::new(),
+    }
+}
+
+fn read_spans(dir: &Path) -> Result<(Vec<SpanRecord>, Vec<Marker>), ReportError> {
+    let path = dir.join(runlog::TRACES_FILE);
+    let file = std::fs::File::open(&path).map_err(|source| ReportError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let mut spans = Vec::new();
+    let mut markers = Vec::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line.map_err(|source| ReportError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        // Lines that do not parse are listed by the epoch table's reader.
+        let Ok(request) = serde_json::from_str::<ExportTraceServiceRequest>(&line) else {
+            continue;
+        };
+        for span in request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+        {
+            let record = SpanRecord::from_otlp(span);
+            let label = match record.role {
+                Role::Step(i) => format!("step {i}"),
+                Role::Epoch(i) => format!("epoch {i}"),
+                _ => record.name.clone(),
+            };
+            for event in &span.events {
+                if DIAGNOSIS_EVENTS.contains(&event.name.as_str()) {
+                    markers.push(Marker {
+                        name: event.name.clone(),
+                        unix_nanos: event.time_unix_nano,
+                        span: label.clone(),
+                        attributes: event
+                            .attributes
+                            .iter()
+                            .map(|kv| {
+                                let value = kv.value.as_ref().and_then(|v| v.value.as_ref());
+                                (kv.key.clone(), text(value))
+                            })
+                            .collect(),
+                    });
+                }
+            }
+            spans.push(record);
+        }
+    }
+    markers.sort_by_key(|m| m.unix_nanos);
+    Ok((spans, markers))
+}
+
+/// Least squares of step peak against batch size.
+pub(crate) fn batch_fit(spans: &[SpanRecord], device_total: Option<u64>) -> Option<BatchFit> {
+    let points: Vec<(f64, f64)> = spans
+        .iter()
+        .filter(|s| matches!(s.role, Role::Step(_)))
+        .filter_map(|s| Some((s.batch_size? as f64, s.gpu?.peak as f64)))
+        .collect();
+    let mut sizes: Vec<i64> = points.iter().map(|p| p.0 as i64).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if sizes.len() < 2 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    let per_sample = sxy / sxx;
+    let fixed = mean_y - per_sample * mean_x;
+    let largest_batch = match device_total {
+        Some(total) if per_sample > 0.0 && (total as f64) > fixed => {
+            Some(((total as f64 - fixed) / per_sample).floor() as u64)
+        }
+        _ => None,
+    };
+    Some(BatchFit {
+        fixed_bytes: fixed,
+        per_sample_bytes: per_sample,
+        batch_sizes: sizes.len(),
+        largest_batch,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = r#"{"resourceSpans":[{"scopeSpans":[{"spans":[
+        {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"step",
+         "startTimeUnixNano":"1000","endTimeUnixNano":"5000",
+         "attributes":[{"key":"ml.step","value":{"intValue":"4"}},
+                       {"key":"batch_size","value":{"intValue":"8"}},
+                       {"key":"gpu.memory.start","value":{"intValue":"100"}},
+                       {"key":"gpu.memory.peak","value":{"intValue":"180"}},
+                       {"key":"gpu.memory.end","value":{"intValue":"100"}}],
+         "events":[{"timeUnixNano":"3000","name":"gpu.memory.near_oom",
+                    "attributes":[{"key":"gpu.index","value":{"intValue":"0"}}]},
+                   {"timeUnixNano":"3500","name":"something.else"}]},
+        {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060709","name":"step",
+         "startTimeUnixNano":"6000","endTimeUnixNano":"9000",
+         "attributes":[{"key":"ml.step","value":{"intValue":"5"}},
+                       {"key":"batch_size","value":{"intValue":"16"}},
+                       {"key":"gpu.memory.start","value":{"intValue":"100"}},
+                       {"key":"gpu.memory.peak","value":{"intValue":"260"}},
+                       {"key":"gpu.memory.end","value":{"intValue":"100"}}]}
+    ]}]}]}"#;
+
+    #[test]
+    fn diagnosis_events_become_markers_and_batch_sizes_a_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        let line: String = LINE.split_whitespace().collect();
+        std::fs::write(dir.path().join(runlog::TRACES_FILE), line + "\n").unwrap();
+        let run = Run::read(dir.path()).unwrap();
+        assert!(run.timeline.is_none());
+        assert_eq!(run.spans.len(), 2);
+        assert_eq!(
+            run.markers,
+            vec![Marker {
+                name: "gpu.memory.near_oom".into(),
+                unix_nanos: 3000,
+                span: "step 4".into(),
+                attributes: vec![("gpu.index".into(), "0".into())],
+            }]
+        );
+        // 180 = f + 8 p and 260 = f + 16 p.
+        let fit = run.fit.unwrap();
+        assert_eq!((fit.fixed_bytes, fit.per_sample_bytes), (100.0, 10.0));
+        assert_eq!(fit.batch_sizes, 2);
+        assert_eq!(
+            batch_fit(&run.spans, Some(1100)).unwrap().largest_batch,
+            Some(100)
+        );
+        let page = crate::report::html(&run);
+        assert!(page.contains("gpu.memory.near_oom"));
+        assert!(page.contains("Batch size"));
+    }
+}

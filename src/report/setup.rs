@@ -1,0 +1,207 @@
+//! What a run keeps for the pictures besides spans and metrics: the timeline file and the
+//! TensorBoard event file. Their settings (code beats environment beats default) and the
+//! sampler observers and export taps that write them.
+
+use crate::config::{Destination, Settings};
+use crate::error::InitError;
+use crate::export::tap::SpanTap;
+use crate::source::MemorySource;
+use crate::timeline::file::TimelineDevice;
+use crate::timeline::writer::TimelineWriter;
+use crate::timeline::TickObserver;
+
+/// `on` or `off`: write `timeline.bin` (default: on when traces or metrics go to the run
+/// directory, off otherwise).
+pub(crate) const TIMELINE_VAR: &str = "GPUSPAN_TIMELINE";
+/// `on` or `off`: write TensorBoard event files into the run directory (default: off).
+pub(crate) const TENSORBOARD_VAR: &str = "GPUSPAN_TENSORBOARD";
+
+/// The values set in code (`None`: not set).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PictureCode {
+    pub(crate) timeline: Option<bool>,
+    pub(crate) tensorboard: Option<bool>,
+}
+
+/// The resolved settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pictures {
+    pub(crate) timeline: bool,
+    pub(crate) tensorboard: bool,
+}
+
+/// Reads an on/off variable's value.
+pub(crate) fn parse_switch(name: &str, value: &str) -> Result<bool, InitError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(InitError::InvalidSetting {
+            name: name.into(),
+            value: value.into(),
+            expected: "on or off".into(),
+        }),
+    }
+}
+
+/// Code, else the variable (read through `env`), else the default.
+pub(crate) fn resolve(
+    code: PictureCode,
+    env: impl Fn(&str) -> Option<String>,
+    run_dir_in_use: bool,
+) -> Result<Pictures, InitError> {
+    let switch = |set: Option<bool>, name: &str, default: bool| match set {
+        Some(value) => Ok(value),
+        None => match env(name) {
+            Some(value) if !value.trim().is_empty() => parse_switch(name, &value),
+            _ => Ok(default),
+        },
+    };
+    Ok(Pictures {
+        timeline: switch(code.timeline, TIMELINE_VAR, run_dir_in_use)?,
+        tensorboard: switch(code.tensorboard, TENSORBOARD_VAR, false)?,
+    })
+}
+
+/// Resolves against the process environment and the run's destinations.
+pub(crate) fn from_env(code: PictureCode, settings: &Settings) -> Result<Pictures, InitError> {
+    let run_dir_in_use = [&settings.traces, &settings.metrics]
+        .iter()
+        .any(|d| matches!(d, Destination::RunDir));
+    resolve(code, |name| std::env::var(name).ok(), run_dir_in_use)
+}
+
+fn run_dir(settings: &Settings) -> Result<std::path::PathBuf, InitError> {
+    let dir = settings.run_dir();
+    std::fs::create_dir_all(&dir).map_err(|source| InitError::RunDir {
+        path: dir.clone(),
+        source,
+    })?;
+    Ok(dir)
+}
+
+/// The sampler observers the settings ask for.
+pub(crate) fn observers(
+    pictures: Pictures,
+    settings: &Settings,
+    source: Option<&dyn MemorySource>,
+) -> Result<Vec<Box<dyn TickObserver>>, InitError> {
+    if !pictures.timeline {
+        return Ok(Vec::new());
+    }
+    let dir = run_dir(settings)?;
+    let devices: Vec<TimelineDevice> = source
+        .map(|s| s.devices())
+        .unwrap_or_default()
+        .iter()
+        .map(|d| TimelineDevice {
+            index: d.index,
+            uuid: d.uuid.clone(),
+            name: d.name.clone(),
+        })
+        .collect();
+    let interval = match source.and_then(|s| s.min_interval()) {
+        Some(min) => settings.sample_interval.max(min),
+        None => settings.sample_interval,
+    };
+    let origin = crate::runlog::unix_nanos(std::time::SystemTime::now());
+    let writer = TimelineWriter::start(&dir, &devices, interval, origin).map_err(|source| {
+        InitError::RunDir {
+            path: dir.join(crate::timeline::file::TIMELINE_FILE),
+            source,
+        }
+    })?;
+    Ok(vec![Box::new(writer)])
+}
+
+/// The export taps the settings ask for.
+pub(crate) fn taps(
+    pictures: Pictures,
+    settings: &Settings,
+) -> Result<Vec<Box<dyn SpanTap>>, InitError> {
+    if !pictures.tensorboard {
+        return Ok(Vec::new());
+    }
+    let dir = run_dir(settings)?;
+    let tap =
+        super::tfevents::TensorBoardTap::create(&dir).map_err(|source| InitError::RunDir {
+            path: dir.clone(),
+            source,
+        })?;
+    Ok(vec![Box::new(tap)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn the_timeline_follows_the_run_directory_unless_told() {
+        let none = PictureCode::default();
+        assert!(resolve(none, env(&[]), true).unwrap().timeline);
+        assert!(!resolve(none, env(&[]), false).unwrap().timeline);
+        assert!(
+            resolve(none, env(&[(TIMELINE_VAR, "on")]), false)
+                .unwrap()
+                .timeline
+        );
+        assert!(
+            !resolve(none, env(&[(TIMELINE_VAR, "OFF")]), true)
+                .unwrap()
+                .timeline
+        );
+        let code = PictureCode {
+            timeline: Some(true),
+            tensorboard: None,
+        };
+        assert!(
+            resolve(code, env(&[(TIMELINE_VAR, "off")]), false)
+                .unwrap()
+                .timeline
+        );
+    }
+
+    #[test]
+    fn tensorboard_is_off_unless_asked() {
+        let none = PictureCode::default();
+        assert!(!resolve(none, env(&[]), true).unwrap().tensorboard);
+        assert!(
+            resolve(none, env(&[(TENSORBOARD_VAR, "on")]), true)
+                .unwrap()
+                .tensorboard
+        );
+        let code = PictureCode {
+            timeline: None,
+            tensorboard: Some(false),
+        };
+        assert!(
+            !resolve(code, env(&[(TENSORBOARD_VAR, "on")]), true)
+                .unwrap()
+                .tensorboard
+        );
+    }
+
+    #[test]
+    fn a_bad_value_names_the_variable() {
+        let error = resolve(
+            PictureCode::default(),
+            env(&[(TENSORBOARD_VAR, "maybe")]),
+            true,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("GPUSPAN_TENSORBOARD") && error.contains("maybe"),
+            "{error}"
+        );
+        assert!(error.contains("on or off"), "{error}");
+    }
+}

@@ -1,0 +1,591 @@
+//! The timeline file, `timeline.bin` in a run directory: every sample that changed a figure,
+//! at full resolution, with wall-clock timestamps that line up with span times.
+//!
+//! # Format (version 1)
+//! Integers are unsigned LEB128 varints; `zz` marks a zigzag-encoded signed varint; a string
+//! is a varint byte length followed by UTF-8.
+//!
+//! ```text
+//! header   magic "GPUSPANT" (8 bytes), version (1), origin (UNIX ns), interval (ns),
+//!          device count n, then per device: NVML index, uuid, name
+//! series   S = 2n + 4 figures, in this order: used of each device, total of each device,
+//!          this process's GPU memory, host RSS, allocator allocated, allocator reserved
+//! records  until the end of the file, one per sample that changed at least one figure:
+//!          dt     microseconds since the previous record (the first: since the origin)
+//!          mask   ceil(S / 8) bytes; bit i (byte i / 8, bit i % 8) = series i changed
+//!          then, per changed series in order, zz(stored - previous stored), where
+//!          stored = 0 for "not read" and bytes + 1 otherwise; every series starts at 0
+//! ```
+//!
+//! A sample that changed nothing costs nothing; one that moved one figure costs about four
+//! bytes. A file cut short mid-record (a killed process) reads up to its last whole record.
+
+use std::path::Path;
+
+/// Name of the timeline file inside a run directory.
+pub const TIMELINE_FILE: &str = "timeline.bin";
+
+const MAGIC: &[u8; 8] = b"GPUSPANT";
+const VERSION: u64 = 1;
+
+/// A device as the timeline file names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimelineDevice {
+    /// The driver's index (NVML index), as in `gpu.<i>.memory.*`.
+    pub index: u32,
+    /// `hw.id`, for NVIDIA the `GPU-...` UUID.
+    pub uuid: String,
+    /// The product name.
+    pub name: String,
+}
+
+/// Which figure a series holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Figure {
+    /// Memory used on the device at this position of [`Timeline::devices`].
+    DeviceUsed(usize),
+    /// Memory installed on that device.
+    DeviceTotal(usize),
+    /// This process's GPU memory, summed over the devices.
+    ProcessGpu,
+    /// Host resident memory of this process.
+    HostRss,
+    /// Allocator counter pushed by framework code: allocated.
+    Allocated,
+    /// Allocator counter pushed by framework code: reserved.
+    Reserved,
+}
+
+/// One figure's changes: `(UNIX ns, value)`, `None` while it could not be read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// What the series holds.
+    pub figure: Figure,
+    /// Every change, in time order.
+    pub points: Vec<(u64, Option<u64>)>,
+}
+
+/// A timeline file read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeline {
+    /// UNIX ns the record times count from (when the writer started).
+    pub origin_unix_nanos: u64,
+    /// The sampler's interval, ns.
+    pub interval_nanos: u64,
+    /// The devices, in sampler order.
+    pub devices: Vec<TimelineDevice>,
+    /// Every figure's changes, in the file's series order.
+    pub series: Vec<Series>,
+    /// UNIX ns of the last record (the origin when there is none).
+    pub last_unix_nanos: u64,
+    /// Whether the file ended mid-record (the process was killed while writing).
+    pub truncated: bool,
+}
+
+impl Timeline {
+    /// The series of one figure, if the file has it.
+    pub fn figure(&self, figure: Figure) -> Option<&Series> {
+        self.series.iter().find(|s| s.figure == figure)
+    }
+}
+
+/// Why a timeline file cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TimelineError {
+    /// The file could not be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a timeline of a version this build reads.
+    #[error("{path} is not a gpuspan timeline file: {why}")]
+    Format {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        why: String,
+    },
+}
+
+/// The series of a file with `devices` devices, in file order.
+pub(crate) fn figures(devices: usize) -> Vec<Figure> {
+    let mut figures: Vec<Figure> = (0..devices).map(Figure::DeviceUsed).collect();
+    figures.extend((0..devices).map(Figure::DeviceTotal));
+    figures.extend([
+        Figure::ProcessGpu,
+        Figure::HostRss,
+        Figure::Allocated,
+        Figure::Reserved,
+    ]);
+    figures
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn put_string(out: &mut Vec<u8>, text: &str) {
+    put_varint(out, text.len() as u64);
+    out.extend_from_slice(text.as_bytes());
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+fn stored(value: Option<u64>) -> u64 {
+    value.map_or(0, |v| v.saturating_add(1))
+}
+
+/// The file's header.
+pub(crate) fn header(
+    origin_unix_nanos: u64,
+    interval_nanos: u64,
+    devices: &[TimelineDevice],
+) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    put_varint(&mut out, VERSION);
+    put_varint(&mut out, origin_unix_nanos);
+    put_varint(&mut out, interval_nanos);
+    put_varint(&mut out, devices.len() as u64);
+    for device in devices {
+        put_varint(&mut out, u64::from(device.index));
+        put_string(&mut out, &device.uuid);
+        put_string(&mut out, &device.name);
+    }
+    out
+}
+
+/// Turns samples into records, remembering what the file already holds.
+#[derive(Debug)]
+pub(crate) struct Encoder {
+    origin_micros: u64,
+    last_micros: u64,
+    last: Vec<u64>,
+}
+
+impl Encoder {
+    /// An encoder for a file with `series` series whose header has `origin_unix_nanos`.
+    pub(crate) fn new(origin_unix_nanos: u64, series: usize) -> Self {
+        let origin_micros = origin_unix_nanos / 1000;
+        Self {
+            origin_micros,
+            last_micros: origin_micros,
+            last: vec![0; series],
+        }
+    }
+
+    /// The record for a sample (`values` in series order), or `None` when nothing changed.
+    /// The encoder remembers the sample only on [`commit`](Self::commit), so a record that
+    /// could not be queued is folded into the next one.
+    pub(crate) fn record(&self, unix_nanos: u64, values: &[Option<u64>]) -> Option<Vec<u8>> {
+        let changed = values
+            .iter()
+            .zip(&self.last)
+            .any(|(v, last)| stored(*v) != *last);
+        if !changed {
+            return None;
+        }
+        let micros = (unix_nanos / 1000).max(self.last_micros);
+        let mut out = Vec::with_capacity(8 + values.len());
+        put_varint(&mut out, micros - self.last_micros);
+        let mask_at = out.len();
+        out.resize(mask_at + values.len().div_ceil(8), 0);
+        for (i, (value, last)) in values.iter().zip(&self.last).enumerate() {
+            let value = stored(*value);
+            if value != *last {
+                out[mask_at + i / 8] |= 1 << (i % 8);
+                put_varint(&mut out, zigzag(value.wrapping_sub(*last) as i64));
+            }
+        }
+        Some(out)
+    }
+
+    /// Remembers a sample whose record reached the file's queue.
+    pub(crate) fn commit(&mut self, unix_nanos: u64, values: &[Option<u64>]) {
+        self.last_micros = (unix_nanos / 1000).max(self.last_micros);
+        for (last, value) in self.last.iter_mut().zip(values) {
+            *last = stored(*value);
+        }
+        debug_assert!(self.last_micros >= self.origin_micros);
+    }
+}
+
+/// Builds a timeline file from samples given in code, in the format runs write: for
+/// converters, tests and benchmarks.
+#[derive(Debug)]
+pub struct TimelineEncoder {
+    encoder: Encoder,
+    series: usize,
+    bytes: Vec<u8>,
+}
+
+impl TimelineEncoder {
+    /// A file for `devices`, its times counted from `origin_unix_nanos`.
+    pub fn new(origin_unix_nanos: u64, interval_nanos: u64, devices: &[TimelineDevice]) -> Self {
+        let series = figures(devices.len()).len();
+        Self {
+            encoder: Encoder::new(origin_unix_nanos, series),
+            series,
+            bytes: header(origin_unix_nanos, interval_nanos, devices),
+        }
+    }
+
+    /// One sample: `values` in series order (used of each device, total of each device,
+    /// process GPU memory, host RSS, allocated, reserved); missing values read as `None`.
+    pub fn push(&mut self, unix_nanos: u64, values: &[Option<u64>]) {
+        let mut all = values.to_vec();
+        all.resize(self.series, None);
+        if let Some(record) = self.encoder.record(unix_nanos, &all) {
+            self.bytes.extend_from_slice(&record);
+            self.encoder.commit(unix_nanos, &all);
+        }
+    }
+
+    /// The file's bytes so far.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Reads bytes from a slice; `None` at the end.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *self.bytes.get(self.at)?;
+            self.at += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let end = self.at.checked_add(n)?;
+        let slice = self.bytes.get(self.at..end)?;
+        self.at = end;
+        Some(slice)
+    }
+
+    fn string(&mut self) -> Option<String> {
+        let n = usize::try_from(self.varint()?).ok()?;
+        Some(String::from_utf8_lossy(self.take(n)?).into_owned())
+    }
+}
+
+/// Reads a timeline file.
+///
+/// # Errors
+/// The file cannot be read, or is not a timeline file of this version.
+pub fn read_timeline(path: &Path) -> Result<Timeline, TimelineError> {
+    let bytes = std::fs::read(path).map_err(|source| TimelineError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    decode(&bytes).map_err(|why| TimelineError::Format {
+        path: path.display().to_string(),
+        why,
+    })
+}
+
+/// Decodes a whole file.
+pub(crate) fn decode(bytes: &[u8]) -> Result<Timeline, String> {
+    if bytes.get(..8) != Some(MAGIC.as_slice()) {
+        return Err("it does not start with GPUSPANT".into());
+    }
+    let mut cursor = Cursor { bytes, at: 8 };
+    let short = || "the header is cut short".to_owned();
+    let version = cursor.varint().ok_or_else(short)?;
+    if version != VERSION {
+        return Err(format!(
+            "version {version}, and this build reads version {VERSION}: use a gpuspan as new as the one that wrote it"
+        ));
+    }
+    let origin = cursor.varint().ok_or_else(short)?;
+    let interval = cursor.varint().ok_or_else(short)?;
+    let count = cursor.varint().ok_or_else(short)?;
+    if count > 4096 {
+        return Err(format!("it claims {count} devices"));
+    }
+    let mut devices = Vec::new();
+    for _ in 0..count {
+        let index = cursor.varint().ok_or_else(short)?;
+        devices.push(TimelineDevice {
+            index: u32::try_from(index).map_err(|_| format!("device index {index}"))?,
+            uuid: cursor.string().ok_or_else(short)?,
+            name: cursor.string().ok_or_else(short)?,
+        });
+    }
+    let mut series: Vec<Series> = figures(devices.len())
+        .into_iter()
+        .map(|figure| Series {
+            figure,
+            points: Vec::new(),
+        })
+        .collect();
+    let mask_len = series.len().div_ceil(8);
+    let mut last = vec![0u64; series.len()];
+    let mut micros = origin / 1000;
+    let mut truncated = false;
+    let mut changes: Vec<(usize, u64)> = Vec::with_capacity(series.len());
+    while cursor.at < bytes.len() {
+        let Some(record) = read_record(&mut cursor, mask_len, &last, &mut changes) else {
+            truncated = true;
+            break;
+        };
+        micros = micros.saturating_add(record);
+        for &(i, value) in &changes {
+            last[i] = value;
+            let value = value.checked_sub(1);
+            series[i].points.push((micros.saturating_mul(1000), value));
+        }
+    }
+    Ok(Timeline {
+        origin_unix_nanos: origin,
+        interval_nanos: interval,
+        devices,
+        series,
+        last_unix_nanos: micros.saturating_mul(1000).max(origin),
+        truncated,
+    })
+}
+
+/// One record: its time step, and `(series, stored value)` for each change.
+fn read_record(
+    cursor: &mut Cursor<'_>,
+    mask_len: usize,
+    last: &[u64],
+    changes: &mut Vec<(usize, u64)>,
+) -> Option<u64> {
+    changes.clear();
+    let dt = cursor.varint()?;
+    let mask_at = cursor.at;
+    cursor.take(mask_len)?;
+    let bytes = cursor.bytes;
+    for (i, previous) in last.iter().enumerate() {
+        if bytes[mask_at + i / 8] & (1 << (i % 8)) != 0 {
+            let delta = unzigzag(cursor.varint()?);
+            changes.push((i, previous.wrapping_add(delta as u64)));
+        }
+    }
+    Some(dt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(index: u32) -> TimelineDevice {
+        TimelineDevice {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "Test GPU".into(),
+        }
+    }
+
+    #[test]
+    fn samples_round_trip_with_their_times() {
+        let origin = 1_700_000_000_000_000_000;
+        let devices = [device(0), device(3)];
+        let mut file = header(origin, 5_000_000, &devices);
+        let mut encoder = Encoder::new(origin, figures(2).len());
+        let samples: Vec<(u64, Vec<Option<u64>>)> = vec![
+            (
+                origin + 1_000,
+                vec![
+                    Some(10),
+                    Some(20),
+                    Some(80),
+                    Some(80),
+                    None,
+                    Some(7),
+                    None,
+                    None,
+                ],
+            ),
+            (
+                origin + 5_001_000,
+                vec![
+                    Some(10),
+                    Some(20),
+                    Some(80),
+                    Some(80),
+                    None,
+                    Some(7),
+                    None,
+                    None,
+                ],
+            ),
+            (
+                origin + 10_002_000,
+                vec![
+                    Some(u64::MAX - 1),
+                    None,
+                    Some(80),
+                    Some(80),
+                    Some(3),
+                    Some(6),
+                    Some(1),
+                    Some(2),
+                ],
+            ),
+            (
+                origin + 15_000_000,
+                vec![
+                    Some(0),
+                    Some(20),
+                    Some(80),
+                    Some(80),
+                    Some(3),
+                    Some(6),
+                    Some(1),
+                    Some(2),
+                ],
+            ),
+        ];
+        let mut written = 0;
+        for (t, values) in &samples {
+            if let Some(record) = encoder.record(*t, values) {
+                file.extend_from_slice(&record);
+                encoder.commit(*t, values);
+                written += 1;
+            }
+        }
+        assert_eq!(written, 3, "the unchanged sample costs nothing");
+        let timeline = decode(&file).unwrap();
+        assert_eq!(timeline.devices, devices);
+        assert_eq!(timeline.interval_nanos, 5_000_000);
+        assert!(!timeline.truncated);
+        let used0 = &timeline.figure(Figure::DeviceUsed(0)).unwrap().points;
+        assert_eq!(
+            used0,
+            &vec![
+                (origin + 1_000, Some(10)),
+                (origin + 10_002_000, Some(u64::MAX - 1)),
+                (origin + 15_000_000, Some(0)),
+            ]
+        );
+        let used1 = &timeline.figure(Figure::DeviceUsed(1)).unwrap().points;
+        assert_eq!(
+            used1,
+            &vec![
+                (origin + 1_000, Some(20)),
+                (origin + 10_002_000, None),
+                (origin + 15_000_000, Some(20))
+            ]
+        );
+        assert_eq!(
+            timeline.figure(Figure::ProcessGpu).unwrap().points,
+            vec![(origin + 10_002_000, Some(3))]
+        );
+        assert_eq!(timeline.last_unix_nanos, origin + 15_000_000);
+    }
+
+    /// One hour at 5 ms on two devices, steps of 300 ms whose memory rises, peaks and
+    /// falls, host memory moving once a second: under 1 MB per device, and read back whole.
+    #[test]
+    fn a_steady_hour_stays_under_a_megabyte_per_device() {
+        let origin = 1_800_000_000_000_000_000u64;
+        let devices = [device(0), device(1)];
+        let mut file = header(origin, 5_000_000, &devices);
+        let mut encoder = Encoder::new(origin, figures(2).len());
+        let ticks = 3600 * 200u64;
+        let mut changes = 0usize;
+        let mut last = Vec::new();
+        for tick in 0..ticks {
+            // The sampler's clock jitters by up to 0.3 ms.
+            let t = origin + tick * 5_000_000 + (tick * 7919 % 300) * 1000;
+            let phase = tick % 60;
+            let step = tick / 60;
+            let activations = match phase {
+                0..=4 => 0,
+                5..=19 => 2 << 30,
+                20..=44 => (3 << 30) + (step % 17) * (2 << 20),
+                _ => 512 << 20,
+            };
+            let used0 = (20u64 << 30) + activations;
+            let used1 = (21u64 << 30) + activations;
+            let values = vec![
+                Some(used0),
+                Some(used1),
+                Some(80 << 30),
+                Some(80 << 30),
+                Some(used0 + used1 - (4 << 30)),
+                Some((6u64 << 30) + (tick / 200 % 50) * 4096),
+                None,
+                None,
+            ];
+            if let Some(record) = encoder.record(t, &values) {
+                file.extend_from_slice(&record);
+                encoder.commit(t, &values);
+                changes += 1;
+            }
+            last = values;
+        }
+        let per_device_hour = file.len() / devices.len();
+        eprintln!("a steady hour: {per_device_hour} bytes per device, {changes} records");
+        assert!(
+            per_device_hour < 1_000_000,
+            "{} bytes per device for an hour ({changes} changing samples)",
+            per_device_hour
+        );
+        let timeline = decode(&file).unwrap();
+        assert!(!timeline.truncated);
+        let used0 = &timeline.figure(Figure::DeviceUsed(0)).unwrap().points;
+        assert_eq!(used0.len(), 4 * 12_000, "four changes per step, every step");
+        for (series, value) in timeline.series.iter().zip(&last) {
+            assert_eq!(series.points.last().and_then(|p| p.1), *value);
+        }
+        // The 20th tick of step 1000 raised device 0, at its jittered time.
+        let tick = 1000 * 60 + 20;
+        let at = (origin + tick * 5_000_000 + (tick * 7919 % 300) * 1000) / 1000 * 1000;
+        assert!(used0.contains(&(at, Some((23u64 << 30) + (1000 % 17) * (2 << 20)))));
+    }
+
+    #[test]
+    fn a_record_cut_short_is_left_out() {
+        let origin = 1_000_000_000;
+        let mut file = header(origin, 1_000_000, &[device(0)]);
+        let mut encoder = Encoder::new(origin, figures(1).len());
+        for (i, v) in [100u64, 200, 300].iter().enumerate() {
+            let values = [Some(*v), Some(1000), None, None, None, None];
+            let t = origin + i as u64 * 1_000_000;
+            file.extend(encoder.record(t, &values).unwrap());
+            encoder.commit(t, &values);
+        }
+        file.pop();
+        let timeline = decode(&file).unwrap();
+        assert!(timeline.truncated);
+        assert_eq!(timeline.series[0].points.len(), 2);
+    }
+
+    #[test]
+    fn a_file_of_another_kind_is_named() {
+        let error = decode(b"{\"resourceSpans\":[]}").unwrap_err();
+        assert!(error.contains("GPUSPANT"), "{error}");
+        let mut file = header(0, 1, &[]);
+        file[8] = 9;
+        assert!(decode(&file).unwrap_err().contains("version 9"));
+    }
+}
