@@ -46,6 +46,7 @@ fn build_error(signal: &'static str, target: &OtlpTarget, error: impl ToString) 
 /// what goes on the wire. opentelemetry-otlp would merge `OTEL_EXPORTER_OTLP_*HEADERS`
 /// over the headers it is given, so the resolved headers are set again on every request
 /// (an interceptor for gRPC, a client wrapper for HTTP), after anything it added.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 macro_rules! configure {
     ($builder:expr, $target:expr, $signal:literal) => {{
         let target: &OtlpTarget = $target;
