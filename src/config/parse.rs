@@ -314,6 +314,9 @@ mod tests {
             let _ = listen_addr(&text);
             let _ = headers(&text);
             let _ = key_values(&text);
+            let _ = crate::diagnose::settings::parse_budget(&text);
+            let _ = crate::diagnose::settings::parse_ratio(&text);
+            let _ = crate::diagnose::settings::parse_fraction(&text);
         }
     }
 }
