@@ -378,7 +378,13 @@ impl<E: SpanExporter + 'static> Worker<E> {
         if self.in_flight.is_some() || self.retry_at.is_some_and(|at| now < at) {
             return;
         }
-        let count = self.waiting.len().min(self.config.batch);
+        // A backlog goes out in larger requests (up to four batches, about 2 MiB of OTLP),
+        // so a collector's round trip does not cap the rate.
+        let most = match self.sink {
+            Sink::Remote(..) => self.config.batch * 4,
+            Sink::Local(_) => self.config.batch,
+        };
+        let count = self.waiting.len().min(most);
         if count == 0 {
             return;
         }
