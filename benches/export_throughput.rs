@@ -1,10 +1,11 @@
-//! What the OTLP exporter sustains into the in-process receiver (tests/support/receiver.rs),
-//! over gRPC and over HTTP/protobuf, and what happens past that.
+//! What the span export sustains into a run directory (`dir`) and, over gRPC and
+//! HTTP/protobuf, into the in-process receiver (tests/support/receiver.rs), and what
+//! happens past that.
 //!
 //! Spans: `step_span!` spans (1 fake NVML device, so every span carries the full set of
 //! memory attributes) are produced at an offered rate, paced in 1 ms slots, for a window;
 //! then `flush()` exports what is queued and `shutdown()` reports the spans the bounded queue
-//! (8192) dropped. Delivered per second = spans the receiver decoded / (production window +
+//! gave up; `received + dropped == produced` is asserted. Delivered per second = spans the receiver decoded / (production window +
 //! flush). The sustained rate is the highest offered rate with nothing dropped; past it the
 //! queue fills and every further span is dropped and counted. The export threads' CPU
 //! (`gpuspan-spans` and the `gpuspan-export` runtime) per delivered span is shown too.
