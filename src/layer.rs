@@ -67,9 +67,9 @@ thread_local! {
 
 /// Runs `record` (the guard's `record_all` of the memory fields) without the OTel layer.
 pub(crate) fn record_memory_fields(record: impl FnOnce()) {
-    RECORDING_MEMORY.with(|flag| flag.set(true));
+    let _ = RECORDING_MEMORY.try_with(|flag| flag.set(true));
     record();
-    RECORDING_MEMORY.with(|flag| flag.set(false));
+    let _ = RECORDING_MEMORY.try_with(|flag| flag.set(false));
 }
 
 /// Spans whose figures wait in their extensions (closed later, possibly elsewhere).
@@ -84,7 +84,8 @@ struct Parked(Box<SpanFigures>);
 pub(crate) fn hand_over(span: tracing::span::EnteredSpan, figures: Box<SpanFigures>) {
     let span = span.exit();
     let Some(id) = span.id() else { return };
-    WAITING.with(|waiting| waiting.borrow_mut().push((id.clone(), figures)));
+    // `try_with`: a guard dropped while the thread's locals are torn down must not panic.
+    let _ = WAITING.try_with(|waiting| waiting.borrow_mut().push((id.clone(), figures)));
     drop(span);
     if let Some(figures) = take_waiting(&id) {
         // Still open: park the figures with the span itself.
@@ -105,17 +106,23 @@ pub(crate) fn hand_over(span: tracing::span::EnteredSpan, figures: Box<SpanFigur
 
 /// The figures of the span whose `on_end` is running, if gpuspan measured it.
 pub(crate) fn closing() -> Option<Box<SpanFigures>> {
-    CLOSING.with(|closing| closing.borrow_mut().take())
+    CLOSING
+        .try_with(|closing| closing.borrow_mut().take())
+        .ok()
+        .flatten()
 }
 
 fn take_waiting(id: &Id) -> Option<Box<SpanFigures>> {
-    WAITING.with(|waiting| {
-        let mut waiting = waiting.borrow_mut();
-        let position = waiting
-            .iter()
-            .rposition(|(waiting_id, _)| waiting_id == id)?;
-        Some(waiting.swap_remove(position).1)
-    })
+    WAITING
+        .try_with(|waiting| {
+            let mut waiting = waiting.borrow_mut();
+            let position = waiting
+                .iter()
+                .rposition(|(waiting_id, _)| waiting_id == id)?;
+            Some(waiting.swap_remove(position).1)
+        })
+        .ok()
+        .flatten()
 }
 
 impl<S> Layer<S> for GpuspanLayer<S>
@@ -143,7 +150,7 @@ where
     }
 
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if !RECORDING_MEMORY.with(Cell::get) {
+        if !RECORDING_MEMORY.try_with(Cell::get).unwrap_or(false) {
             self.otel.on_record(span, values, ctx);
         }
     }
@@ -180,12 +187,12 @@ where
         }
         let measured = figures.is_some();
         if measured {
-            CLOSING.with(|closing| *closing.borrow_mut() = figures);
+            let _ = CLOSING.try_with(|closing| *closing.borrow_mut() = figures);
         }
         // Ends the OTel span: the span processor's `on_end` runs inside, on this thread.
         self.otel.on_close(id, ctx);
         if measured {
-            CLOSING.with(|closing| closing.borrow_mut().take());
+            let _ = CLOSING.try_with(|closing| closing.borrow_mut().take());
         }
     }
 
