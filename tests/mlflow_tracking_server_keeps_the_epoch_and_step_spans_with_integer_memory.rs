@@ -13,41 +13,13 @@ use serde_json::{json, Value};
 use support::example::run_train;
 use support::fake_nvml::{FakeNvml, MIB};
 use support::http::{encode, get, post_json};
+use support::mlflow::int_attribute;
 use support::servers::{free_port, tools, Server};
 
 const USED_MIB: u64 = 2500;
 const EPOCHS: usize = 2;
 const STEPS: usize = 3;
 const RUN_ID: &str = "mlflow-run";
-
-/// An integer attribute as MLflow returns it: an OTLP `int_value` (a JSON number, or a
-/// decimal string as proto3 JSON writes 64-bit integers), or a JSON-encoded value in a
-/// `string_value` that must decode to a number. A string that holds the number is an error.
-fn int_attribute(span: &Value, key: &str) -> Result<i64, String> {
-    let value = span["attributes"]
-        .as_array()
-        .and_then(|attrs| attrs.iter().find(|a| a["key"] == key))
-        .map(|a| &a["value"])
-        .ok_or_else(|| format!("no attribute {key}"))?;
-    if let Some(int) = value.get("int_value").or_else(|| value.get("intValue")) {
-        return int
-            .as_i64()
-            .or_else(|| int.as_str().and_then(|s| s.parse().ok()))
-            .ok_or_else(|| format!("{key}: int_value {int} is not an integer"));
-    }
-    if let Some(text) = value
-        .get("string_value")
-        .or_else(|| value.get("stringValue"))
-        .and_then(Value::as_str)
-    {
-        let decoded: Value = serde_json::from_str(text)
-            .map_err(|_| format!("{key} is the string {text:?}, not a number"))?;
-        return decoded
-            .as_i64()
-            .ok_or_else(|| format!("{key} is stored as {text}, which is not an integer"));
-    }
-    Err(format!("{key} is {value}, not an integer"))
-}
 
 #[test]
 fn spans_sent_over_otlp_http_come_back_from_the_rest_api() {

@@ -123,6 +123,11 @@ impl QueueProcessor {
         })
     }
 
+    /// Spans ended but not yet through the taps.
+    pub(crate) fn backlog(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.queued)
+    }
+
     fn send(&self, message: Message) -> bool {
         match self.sender.lock() {
             Ok(sender) => sender.as_ref().is_some_and(|s| s.send(message).is_ok()),
@@ -297,8 +302,9 @@ impl<E: SpanExporter + 'static> Worker<E> {
     fn handle(&mut self, message: Message, drain: &mut Option<Drain>) {
         match message {
             Message::Span(span, figures) => {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
                 self.accept(*span, figures);
+                // After the taps: a backlog of zero means every ended span was seen by them.
+                self.queued.fetch_sub(1, Ordering::Relaxed);
             }
             Message::Resource(resource) => match &mut self.sink {
                 Sink::Remote(exporter, _) => {

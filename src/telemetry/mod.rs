@@ -80,6 +80,8 @@ struct Inner {
     stopping: Arc<AtomicBool>,
     /// Leak, budget, batch-size fit and near-OOM findings.
     diagnosis: crate::diagnose::Diagnosis,
+    /// Spans ended but not yet through the taps.
+    span_backlog: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -325,6 +327,7 @@ impl Inner {
             run_dir: run_dir.as_deref(),
             health: Vec::new(),
             stopping: Arc::clone(&stopping),
+            span_backlog: Arc::default(),
         };
         let meter_provider =
             pipes.meter_provider(&settings.metrics, &resource, settings.metric_interval)?;
@@ -358,7 +361,10 @@ impl Inner {
         let tracer_provider = pipes.tracer_provider(&settings.traces, &resource, queue, taps)?;
         let tracer = tracer_provider.tracer("gpuspan");
         let Pipes {
-            runtime, health, ..
+            runtime,
+            health,
+            span_backlog,
+            ..
         } = pipes;
         let state = Arc::new(LayerState {
             shared: Arc::clone(sampler.shared()),
@@ -377,6 +383,7 @@ impl Inner {
             epochs,
             stopping,
             diagnosis,
+            span_backlog,
         })
     }
 }

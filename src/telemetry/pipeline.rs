@@ -27,6 +27,8 @@ pub(super) struct Pipes<'a> {
     pub(super) health: Vec<Arc<ExportHealth>>,
     /// Set at shutdown: metric exports stop retrying.
     pub(super) stopping: Arc<AtomicBool>,
+    /// Spans ended but not yet through the taps (which feed the duration histograms).
+    pub(super) span_backlog: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Pipes<'_> {
@@ -91,9 +93,9 @@ impl Pipes<'_> {
                 QueueProcessor::start(Sink::Local(exporter), queue, health, taps, timeout)
             }
         };
-        Ok(builder
-            .with_span_processor(processor.map_err(spawn_error)?)
-            .build())
+        let processor = processor.map_err(spawn_error)?;
+        self.span_backlog = processor.backlog();
+        Ok(builder.with_span_processor(processor).build())
     }
 
     /// The meter provider of `destination`, exporting every `interval`.

@@ -26,6 +26,12 @@ impl Inner {
         // Traces and metrics flush side by side, so a dead collector costs one timeout. The
         // metrics side runs on a thread of its own that is waited for at most `timeout`
         // (plus slack), so a hung exporter cannot hang the exit.
+        // The duration histograms are fed by the span taps: let every ended span through
+        // them (no delivery wait, at most a second) before the last collection.
+        let taps_by = std::time::Instant::now() + Duration::from_secs(1);
+        while self.span_backlog.load(Ordering::Relaxed) > 0 && std::time::Instant::now() < taps_by {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let meter_provider = self.meter_provider.clone();
         let (done, metrics_done) = std::sync::mpsc::sync_channel(1);
         let spawned = std::thread::Builder::new()
