@@ -19,7 +19,8 @@
 //! is dropped, the export interval stretches (the effective interval column).
 //!
 //! `cargo bench --bench export_throughput` (GPUSPAN_BENCH_WINDOW_S=seconds per
-//! configuration, default 2).
+//! configuration, default 2; GPUSPAN_BENCH_SPANS=`dir:200000,grpc:max` runs only those
+//! span configurations and no metric one, for profiling).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -306,6 +307,14 @@ fn main() {
     } else {
         &[Some(10_000), None]
     };
+    if let Ok(only) = std::env::var("GPUSPAN_BENCH_SPANS") {
+        for config in only.split(',') {
+            let (protocol, rate) = config.split_once(':').unwrap_or((config, "max"));
+            let rate = (rate != "max").then(|| rate.parse().expect("a rate in spans/s or max"));
+            println!("{}", spans(protocol, rate, window));
+        }
+        return;
+    }
     for protocol in ["dir", "grpc", "http"] {
         for &rate in rates {
             println!("{}", spans(protocol, rate, window));

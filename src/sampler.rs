@@ -41,7 +41,8 @@ pub(crate) mod figure {
 /// State shared between the sampler thread, open spans and metric callbacks.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    source_name: String,
+    /// Shared with every span's `gpu.memory.source` without a copy.
+    source_name: std::sync::Arc<str>,
     devices: Vec<Device>,
     /// `gpu.<i>.memory.start` / `.end` / `.peak` of every device, made once.
     device_keys: Vec<[opentelemetry::Key; 3]>,
@@ -181,7 +182,7 @@ impl Shared {
             })
             .collect();
         Self {
-            source_name,
+            source_name: source_name.into(),
             device_keys,
             latest: atomics(figure::DEVICE0 + n),
             totals: atomics(n),
@@ -201,6 +202,11 @@ impl Shared {
     /// `nvml`, `nvidia-smi`, or `none`.
     pub(crate) fn source_name(&self) -> &str {
         &self.source_name
+    }
+
+    /// The source name as an attribute value.
+    pub(crate) fn source_value(&self) -> opentelemetry::Value {
+        opentelemetry::Value::String(std::sync::Arc::clone(&self.source_name).into())
     }
 
     /// Devices in scope, in reading order.

@@ -373,7 +373,7 @@ impl SpanFigures {
         }
         out.push(KeyValue::new(
             "gpu.memory.source",
-            self.shared.source_name().to_owned(),
+            self.shared.source_value(),
         ));
         out.push(KeyValue::new("gpu.memory.samples", int(self.samples)));
         for (i, device) in self.devices.iter().enumerate() {

@@ -20,6 +20,8 @@ pub(crate) struct ExportHealth {
     lost: AtomicU64,
     last_error: Mutex<Option<String>>,
     warned: AtomicBool,
+    /// The last attempt failed and none has succeeded since.
+    failing: AtomicBool,
 }
 
 /// A snapshot of the counts: `delivered + lost + pending == produced`.
@@ -50,6 +52,7 @@ impl ExportHealth {
             lost: AtomicU64::new(0),
             last_error: Mutex::new(None),
             warned: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
         }
     }
 
@@ -59,6 +62,7 @@ impl ExportHealth {
 
     pub(crate) fn delivered(&self, count: u64) {
         self.delivered.fetch_add(count, Ordering::Relaxed);
+        self.failing.store(false, Ordering::Relaxed);
     }
 
     /// Counts `count` items lost for `reason`. Never writes anything.
@@ -67,13 +71,32 @@ impl ExportHealth {
             return;
         }
         self.lost.fetch_add(count, Ordering::Relaxed);
-        self.failed(reason);
+        self.remember(reason);
     }
 
     /// Keeps the reason of a failed attempt (the items may still be retried).
     pub(crate) fn failed(&self, reason: &str) {
+        self.failing.store(true, Ordering::Relaxed);
+        self.remember(reason);
+    }
+
+    /// Why items are given up when the queue is full: the destination is down, or it is
+    /// up and takes them slower than they come.
+    pub(crate) fn overflow_reason(&self) -> &'static str {
+        if self.failing.load(Ordering::Relaxed) {
+            "the destination was unreachable for longer than the export queue holds"
+        } else {
+            "the spans came faster than the destination took them, for longer than the \
+             export queue holds"
+        }
+    }
+
+    fn remember(&self, reason: &str) {
         if let Ok(mut last) = self.last_error.lock() {
-            *last = Some(reason.to_owned());
+            // The same reason again (every span of an overflow) allocates nothing.
+            if last.as_deref() != Some(reason) {
+                *last = Some(reason.to_owned());
+            }
         }
     }
 

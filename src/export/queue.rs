@@ -166,10 +166,7 @@ impl SpanProcessor for QueueProcessor {
         }
         if self.queued.fetch_add(1, Ordering::Relaxed) >= self.capacity {
             self.queued.fetch_sub(1, Ordering::Relaxed);
-            self.health.lost(
-                1,
-                "the export queue is full (the destination is slower than the spans come)",
-            );
+            self.health.lost(1, self.health.overflow_reason());
             return;
         }
         if !self.send(Message::Span(Box::new(span), figures)) {
@@ -203,9 +200,10 @@ impl SpanProcessor for QueueProcessor {
     }
 }
 
-/// An export in progress: the first `count` waiting spans, sent as copies.
+/// An export in progress: its spans stay here (the exporter has copies) until the
+/// destination accepts them, and go back to the front of the buffer if it does not.
 struct InFlight {
-    count: usize,
+    spans: Vec<SpanData>,
     result: tokio::task::JoinHandle<OTelSdkResult>,
 }
 
@@ -222,7 +220,7 @@ struct Worker<E> {
     config: QueueConfig,
     queued: Arc<AtomicUsize>,
     health: Arc<ExportHealth>,
-    /// Spans received and not yet delivered, oldest first.
+    /// Spans received and not yet sent, oldest first.
     waiting: VecDeque<SpanData>,
     in_flight: Option<InFlight>,
     /// After a failed export: no new attempt before this.
@@ -253,9 +251,14 @@ impl<E: SpanExporter + 'static> Worker<E> {
             match receiver.recv_timeout(wait) {
                 Ok(message) => {
                     self.handle(message, &mut drain);
-                    // Take what else is queued before looking at exports.
-                    while let Ok(message) = receiver.try_recv() {
-                        self.handle(message, &mut drain);
+                    // Take what else is queued, up to a batch, before looking at exports:
+                    // under a steady flood the channel is never empty, and the exports
+                    // must still go out.
+                    for _ in 1..self.config.batch {
+                        match receiver.try_recv() {
+                            Ok(message) => self.handle(message, &mut drain),
+                            Err(_) => break,
+                        }
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -366,17 +369,18 @@ impl<E: SpanExporter + 'static> Worker<E> {
             }
         }
         self.waiting.push_back(span);
-        // The spans of an export in progress are not counted: they may still be delivered.
-        let sending = self.in_flight.as_ref().map_or(0, |f| f.count);
-        if self.waiting.len() - sending > self.config.capacity {
-            // Give up the oldest span that is not being sent right now.
-            if self.waiting.remove(sending).is_some() {
-                self.health.lost(
-                    1,
-                    "the destination was unreachable for longer than the export queue holds",
-                );
-            }
+        self.give_up_overflow();
+    }
+
+    /// Past the buffer's size, gives up the oldest waiting spans (those of an export in
+    /// progress are not waiting: they may still be delivered).
+    fn give_up_overflow(&mut self) {
+        let over = self.waiting.len().saturating_sub(self.config.capacity);
+        if over == 0 {
+            return;
         }
+        self.waiting.drain(..over);
+        self.health.lost(over as u64, self.health.overflow_reason());
     }
 
     /// Starts (remote) or performs (local) one export of the oldest waiting spans.
@@ -396,10 +400,11 @@ impl<E: SpanExporter + 'static> Worker<E> {
         }
         match &self.sink {
             Sink::Remote(exporter, runtime) => {
-                let batch: Vec<SpanData> = self.waiting.iter().take(count).cloned().collect();
+                let spans: Vec<SpanData> = self.waiting.drain(..count).collect();
+                let batch = spans.clone();
                 let exporter = Arc::clone(exporter);
                 let result = runtime.spawn(async move { exporter.export(batch).await });
-                self.in_flight = Some(InFlight { count, result });
+                self.in_flight = Some(InFlight { spans, result });
             }
             Sink::Local(exporter) => {
                 let batch: Vec<SpanData> = self.waiting.drain(..count).collect();
@@ -422,7 +427,7 @@ impl<E: SpanExporter + 'static> Worker<E> {
         if !in_flight.result.is_finished() {
             return;
         }
-        let Some(InFlight { count, result }) = self.in_flight.take() else {
+        let Some(InFlight { spans, result }) = self.in_flight.take() else {
             return;
         };
         let result = match futures_now(result) {
@@ -431,8 +436,7 @@ impl<E: SpanExporter + 'static> Worker<E> {
         };
         match result {
             Ok(()) => {
-                self.waiting.drain(..count.min(self.waiting.len()));
-                self.health.delivered(count as u64);
+                self.health.delivered(spans.len() as u64);
                 self.retry_at = None;
                 self.backoff = self.config.backoff;
             }
@@ -440,6 +444,11 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 self.health.failed(&error.to_string());
                 self.retry_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(self.config.max_backoff);
+                // Back in front, in order: they are still the oldest.
+                for span in spans.into_iter().rev() {
+                    self.waiting.push_front(span);
+                }
+                self.give_up_overflow();
             }
         }
     }
@@ -449,7 +458,8 @@ impl<E: SpanExporter + 'static> Worker<E> {
         for tap in &mut self.taps {
             tap.flush();
         }
-        let left = self.waiting.len() as u64;
+        let sending = self.in_flight.as_ref().map_or(0, |f| f.spans.len());
+        let left = (self.waiting.len() + sending) as u64;
         if !drain.shutdown {
             let result = if left == 0 {
                 match &self.sink {
@@ -485,4 +495,183 @@ impl<E: SpanExporter + 'static> Worker<E> {
 /// The output of a finished task.
 fn futures_now<T: Send>(handle: tokio::task::JoinHandle<T>) -> Result<T, String> {
     super::block_on(None, handle).map_err(|e| format!("the export task failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant, SystemTime};
+
+    use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId};
+    use opentelemetry::InstrumentationScope;
+    use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks, SpanProcessor};
+
+    use super::{QueueConfig, QueueProcessor, Sink};
+    use crate::export::health::ExportHealth;
+    use crate::export::tap::SpanTap;
+    use crate::runlog::SpanRecord;
+
+    fn span(i: u64) -> SpanData {
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(1_u128),
+                SpanId::from(i + 1),
+                TraceFlags::SAMPLED,
+                false,
+                Default::default(),
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: "step".into(),
+            start_time: SystemTime::now(),
+            end_time: SystemTime::now(),
+            attributes: vec![opentelemetry::KeyValue::new("ml.step", i as i64)],
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: InstrumentationScope::builder("test").build(),
+        }
+    }
+
+    /// A destination that takes `pause` per export and counts what it got, or refuses.
+    #[derive(Debug, Clone)]
+    struct Destination {
+        pause: Duration,
+        refuse: bool,
+        got: Arc<AtomicU64>,
+    }
+
+    impl SpanExporter for Destination {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            std::thread::sleep(self.pause);
+            if self.refuse {
+                return Err(OTelSdkError::InternalFailure("connection refused".into()));
+            }
+            self.got.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// Makes the export thread slower per span than the producer, so its channel never
+    /// runs dry while the flood lasts.
+    struct SlowTap;
+
+    impl SpanTap for SlowTap {
+        fn on_span(&mut self, _span: &mut SpanData, _record: &SpanRecord) {
+            let until = Instant::now() + Duration::from_micros(20);
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn config(capacity: usize) -> QueueConfig {
+        QueueConfig {
+            capacity,
+            batch: 64,
+            ..QueueConfig::default()
+        }
+    }
+
+    /// Offers spans as fast as the thread goes for `time`; returns how many.
+    fn flood(processor: &QueueProcessor, time: Duration) -> u64 {
+        let start = Instant::now();
+        let mut produced = 0;
+        while start.elapsed() < time {
+            processor.on_end(span(produced));
+            produced += 1;
+        }
+        produced
+    }
+
+    #[test]
+    fn a_flood_of_spans_does_not_hold_back_the_exports() {
+        let got = Arc::new(AtomicU64::new(0));
+        let destination = Destination {
+            pause: Duration::from_millis(1),
+            refuse: false,
+            got: Arc::clone(&got),
+        };
+        let health = Arc::new(ExportHealth::new("test".into(), "span"));
+        let processor = QueueProcessor::start(
+            Sink::Local(destination),
+            config(20_000),
+            Arc::clone(&health),
+            vec![Box::new(SlowTap)],
+            Duration::from_secs(30),
+        )
+        .expect("the export thread starts");
+        let produced = flood(&processor, Duration::from_millis(400));
+        let during = got.load(Ordering::Relaxed);
+        assert!(
+            processor.backlog().load(Ordering::Relaxed) > 0,
+            "the flood must outrun the export thread for this test to mean anything"
+        );
+        assert!(
+            during >= 64,
+            "spans were delivered during the flood ({during} of {produced}): exports must \
+             not wait for the channel to run dry"
+        );
+        processor
+            .shutdown_with_timeout(Duration::from_secs(30))
+            .expect("shutdown");
+        let counts = health.counts();
+        assert_eq!(counts.produced, produced);
+        assert_eq!(counts.delivered + counts.lost, produced);
+        assert_eq!(got.load(Ordering::Relaxed), counts.delivered);
+    }
+
+    #[test]
+    fn a_full_queue_says_whether_the_destination_was_slow_or_down() {
+        for refuse in [false, true] {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let got = Arc::new(AtomicU64::new(0));
+            let destination = Arc::new(Destination {
+                pause: Duration::from_millis(20),
+                refuse,
+                got: Arc::clone(&got),
+            });
+            let health = Arc::new(ExportHealth::new("test".into(), "span"));
+            let processor = QueueProcessor::start(
+                Sink::Remote(destination, runtime.handle().clone()),
+                config(200),
+                Arc::clone(&health),
+                Vec::new(),
+                Duration::from_millis(200),
+            )
+            .expect("the export thread starts");
+            let produced = flood(&processor, Duration::from_millis(300));
+            // Read before shutdown, whose own losses have their own reason.
+            let reason = health.last_error().unwrap_or_default();
+            let _ = processor.shutdown_with_timeout(Duration::from_millis(200));
+            let counts = health.counts();
+            assert!(
+                counts.lost > 0,
+                "a 200-span queue under a flood loses spans"
+            );
+            assert_eq!(counts.produced, produced);
+            assert_eq!(counts.delivered + counts.lost, produced);
+            assert_eq!(got.load(Ordering::Relaxed), counts.delivered);
+            if refuse {
+                assert!(
+                    reason.contains("unreachable") || reason.contains("connection refused"),
+                    "a refusing destination: {reason:?}"
+                );
+            } else {
+                assert!(
+                    reason.contains("came faster than the destination took them"),
+                    "a slow destination is not an unreachable one: {reason:?}"
+                );
+                assert!(counts.delivered > 0);
+            }
+        }
+    }
 }

@@ -89,7 +89,9 @@ impl SpanRecord {
         self.end_unix_nanos.saturating_sub(self.start_unix_nanos) as f64 / 1e9
     }
 
-    /// Builds the record from a span's identity and its attributes.
+    /// Builds the record from a span's identity and its attributes, in one pass over them
+    /// (this runs on the export thread for every span). When a key appears twice, the first
+    /// one counts.
     pub(crate) fn from_attributes<'a>(
         name: &str,
         ids: ([u8; 16], [u8; 8], Option<[u8; 8]>),
@@ -97,62 +99,54 @@ impl SpanRecord {
         error: Option<String>,
         attributes: impl Iterator<Item = (&'a str, Attr<'a>)>,
     ) -> Self {
-        let mut ints: Vec<(&str, i64)> = Vec::with_capacity(24);
-        let mut source = None;
+        let mut gpu = Partial::default();
+        let mut process_gpu = Partial::default();
+        let mut host = Partial::default();
+        let (mut epoch, mut step, mut batch_size, mut samples) = (None, None, None, None);
+        let (mut allocated_peak, mut reserved_peak, mut source) = (None, None, None);
+        let mut devices: Vec<DeviceFigures> = Vec::new();
         for (key, value) in attributes {
-            match value {
-                Attr::Int(v) => ints.push((key, v)),
-                Attr::Str(s) if key == "gpu.memory.source" => source = Some(s.to_owned()),
-                _ => {}
-            }
+            let v = match value {
+                Attr::Int(v) => v,
+                Attr::Str(s) if key == "gpu.memory.source" => {
+                    source.get_or_insert_with(|| s.to_owned());
+                    continue;
+                }
+                _ => continue,
+            };
+            let slot = match key {
+                "gpu.memory.start" => &mut gpu.start,
+                "gpu.memory.peak" => &mut gpu.peak,
+                "gpu.memory.end" => &mut gpu.end,
+                "gpu.process.memory.start" => &mut process_gpu.start,
+                "gpu.process.memory.peak" => &mut process_gpu.peak,
+                "gpu.process.memory.end" => &mut process_gpu.end,
+                "process.memory.start" => &mut host.start,
+                "process.memory.peak" => &mut host.peak,
+                "process.memory.end" => &mut host.end,
+                "gpu.allocator.allocated.peak" => &mut allocated_peak,
+                "gpu.allocator.reserved.peak" => &mut reserved_peak,
+                "gpu.memory.samples" => &mut samples,
+                "ml.epoch" => &mut epoch,
+                "ml.step" => &mut step,
+                "batch_size" => &mut batch_size,
+                _ => {
+                    if let Some((index, figure)) = device_key(key) {
+                        device_figure(&mut devices, index, figure, v);
+                    }
+                    continue;
+                }
+            };
+            slot.get_or_insert(v);
         }
-        let int = |key: &str| ints.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
-        let memory = |[start, peak, end]: [&str; 3]| {
-            Some(Memory {
-                start: int(start)?,
-                peak: int(peak)?,
-                end: int(end)?,
-            })
-        };
+        devices.sort_by_key(|d| d.index);
         // By name, as the macros make them; an index missing (a span from another program
         // named the same) reads as -1, so the span still counts.
         let role = match name {
-            "epoch" => Role::Epoch(int("ml.epoch").unwrap_or(-1)),
-            "step" => Role::Step(int("ml.step").unwrap_or(-1)),
+            "epoch" => Role::Epoch(epoch.unwrap_or(-1)),
+            "step" => Role::Step(step.unwrap_or(-1)),
             _ => Role::Other,
         };
-        let mut devices: Vec<DeviceFigures> = Vec::new();
-        for (key, value) in &ints {
-            let Some(rest) = key.strip_prefix("gpu.") else {
-                continue;
-            };
-            let Some((index, figure)) = rest.split_once(".memory.") else {
-                continue;
-            };
-            let Ok(index) = index.parse::<u32>() else {
-                continue;
-            };
-            let position = match devices.iter().position(|d| d.index == index) {
-                Some(position) => position,
-                None => {
-                    devices.push(DeviceFigures {
-                        index,
-                        start: None,
-                        peak: None,
-                        end: None,
-                    });
-                    devices.len() - 1
-                }
-            };
-            let device = &mut devices[position];
-            match figure {
-                "start" => device.start = Some(*value),
-                "peak" => device.peak = Some(*value),
-                "end" => device.end = Some(*value),
-                _ => {}
-            }
-        }
-        devices.sort_by_key(|d| d.index);
         Self {
             name: name.to_owned(),
             role,
@@ -161,23 +155,15 @@ impl SpanRecord {
             parent_span_id: ids.2,
             start_unix_nanos: times.0,
             end_unix_nanos: times.1,
-            gpu: memory(["gpu.memory.start", "gpu.memory.peak", "gpu.memory.end"]),
+            gpu: gpu.memory(),
             devices,
-            process_gpu: memory([
-                "gpu.process.memory.start",
-                "gpu.process.memory.peak",
-                "gpu.process.memory.end",
-            ]),
-            host: memory([
-                "process.memory.start",
-                "process.memory.peak",
-                "process.memory.end",
-            ]),
-            allocated_peak: int("gpu.allocator.allocated.peak"),
-            reserved_peak: int("gpu.allocator.reserved.peak"),
-            batch_size: int("batch_size"),
+            process_gpu: process_gpu.memory(),
+            host: host.memory(),
+            allocated_peak,
+            reserved_peak,
+            batch_size,
             source,
-            samples: int("gpu.memory.samples"),
+            samples,
             error,
         }
     }
@@ -239,6 +225,56 @@ impl SpanRecord {
             error,
             attributes,
         )
+    }
+}
+
+/// Start, peak and end as they are found; a `Memory` only with all three.
+#[derive(Default)]
+struct Partial {
+    start: Option<i64>,
+    peak: Option<i64>,
+    end: Option<i64>,
+}
+
+impl Partial {
+    fn memory(&self) -> Option<Memory> {
+        Some(Memory {
+            start: self.start?,
+            peak: self.peak?,
+            end: self.end?,
+        })
+    }
+}
+
+/// `gpu.<index>.memory.<figure>` split into its index and figure.
+fn device_key(key: &str) -> Option<(u32, &str)> {
+    let rest = key.strip_prefix("gpu.")?;
+    let dot = rest.bytes().position(|b| b == b'.')?;
+    let index = rest[..dot].parse::<u32>().ok()?;
+    let figure = rest[dot + 1..].strip_prefix("memory.")?;
+    Some((index, figure))
+}
+
+/// Sets one figure of device `index` (the last of several wins, as it always did).
+fn device_figure(devices: &mut Vec<DeviceFigures>, index: u32, figure: &str, value: i64) {
+    let position = match devices.iter().position(|d| d.index == index) {
+        Some(position) => position,
+        None => {
+            devices.push(DeviceFigures {
+                index,
+                start: None,
+                peak: None,
+                end: None,
+            });
+            devices.len() - 1
+        }
+    };
+    let device = &mut devices[position];
+    match figure {
+        "start" => device.start = Some(value),
+        "peak" => device.peak = Some(value),
+        "end" => device.end = Some(value),
+        _ => {}
     }
 }
 

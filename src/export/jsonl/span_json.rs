@@ -21,7 +21,11 @@ pub(super) fn write_span(out: &mut Vec<u8>, span: &SpanData) -> io::Result<()> {
     out.extend_from_slice(b"\",\"spanId\":\"");
     hex(out, &context.span_id().to_bytes());
     out.extend_from_slice(b"\",\"traceState\":");
-    string(out, &context.trace_state().header())?;
+    if *context.trace_state() == opentelemetry::trace::TraceState::NONE {
+        out.extend_from_slice(b"\"\"");
+    } else {
+        string(out, &context.trace_state().header())?;
+    }
     out.extend_from_slice(b",\"parentSpanId\":\"");
     if span.parent_span_id != opentelemetry::trace::SpanId::INVALID {
         hex(out, &span.parent_span_id.to_bytes());
@@ -31,23 +35,20 @@ pub(super) fn write_span(out: &mut Vec<u8>, span: &SpanData) -> io::Result<()> {
         span.parent_span_is_remote,
         u32::from(context.trace_flags().to_u8()),
     );
-    write!(out, "{flags}")?;
+    number(out, flags);
     out.extend_from_slice(b",\"name\":");
     string(out, &span.name)?;
-    write!(out, ",\"kind\":{}", kind(&span.span_kind))?;
-    write!(
-        out,
-        ",\"startTimeUnixNano\":\"{}\",\"endTimeUnixNano\":\"{}\"",
-        crate::runlog::unix_nanos(span.start_time),
-        crate::runlog::unix_nanos(span.end_time)
-    )?;
-    out.extend_from_slice(b",\"attributes\":");
+    out.extend_from_slice(b",\"kind\":");
+    number(out, kind(&span.span_kind));
+    out.extend_from_slice(b",\"startTimeUnixNano\":\"");
+    number(out, crate::runlog::unix_nanos(span.start_time));
+    out.extend_from_slice(b"\",\"endTimeUnixNano\":\"");
+    number(out, crate::runlog::unix_nanos(span.end_time));
+    out.extend_from_slice(b"\",\"attributes\":");
     attributes(out, &span.attributes)?;
-    write!(
-        out,
-        ",\"droppedAttributesCount\":{},\"events\":[",
-        span.dropped_attributes_count
-    )?;
+    out.extend_from_slice(b",\"droppedAttributesCount\":");
+    number(out, span.dropped_attributes_count);
+    out.extend_from_slice(b",\"events\":[");
     for (i, event) in span.events.iter().enumerate() {
         if i > 0 {
             out.push(b',');
@@ -66,19 +67,19 @@ pub(super) fn write_span(out: &mut Vec<u8>, span: &SpanData) -> io::Result<()> {
             event.dropped_attributes_count
         )?;
     }
-    write!(
-        out,
-        "],\"droppedEventsCount\":{},\"links\":",
-        span.events.dropped_count
-    )?;
-    let links: Vec<opentelemetry_proto::tonic::trace::v1::span::Link> =
-        span.links.iter().cloned().map(Into::into).collect();
-    serde_json::to_writer(&mut *out, &links)?;
-    write!(
-        out,
-        ",\"droppedLinksCount\":{},\"status\":",
-        span.links.dropped_count
-    )?;
+    out.extend_from_slice(b"],\"droppedEventsCount\":");
+    number(out, span.events.dropped_count);
+    out.extend_from_slice(b",\"links\":");
+    if span.links.is_empty() {
+        out.extend_from_slice(b"[]");
+    } else {
+        let links: Vec<opentelemetry_proto::tonic::trace::v1::span::Link> =
+            span.links.iter().cloned().map(Into::into).collect();
+        serde_json::to_writer(&mut *out, &links)?;
+    }
+    out.extend_from_slice(b",\"droppedLinksCount\":");
+    number(out, span.links.dropped_count);
+    out.extend_from_slice(b",\"status\":");
     let (code, message) = match &span.status {
         Status::Unset => (0, ""),
         Status::Ok => (1, ""),
@@ -86,7 +87,9 @@ pub(super) fn write_span(out: &mut Vec<u8>, span: &SpanData) -> io::Result<()> {
     };
     out.extend_from_slice(b"{\"message\":");
     string(out, message)?;
-    write!(out, ",\"code\":{code}}}}}")?;
+    out.extend_from_slice(b",\"code\":");
+    number(out, code);
+    out.extend_from_slice(b"}}");
     Ok(())
 }
 
@@ -130,7 +133,12 @@ fn attributes(out: &mut Vec<u8>, attributes: &[KeyValue]) -> io::Result<()> {
 
 fn value(out: &mut Vec<u8>, value: &Value) -> io::Result<()> {
     match value {
-        Value::I64(v) => write!(out, "{{\"intValue\":\"{v}\"}}"),
+        Value::I64(v) => {
+            out.extend_from_slice(b"{\"intValue\":\"");
+            number(out, *v);
+            out.extend_from_slice(b"\"}");
+            Ok(())
+        }
         Value::Bool(v) => write!(out, "{{\"boolValue\":{v}}}"),
         Value::String(v) => {
             out.extend_from_slice(b"{\"stringValue\":");
@@ -153,7 +161,19 @@ fn value(out: &mut Vec<u8>, value: &Value) -> io::Result<()> {
 }
 
 fn string(out: &mut Vec<u8>, text: &str) -> io::Result<()> {
+    // Keys and most values need no escape: copied as they are.
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+        return Ok(());
+    }
     serde_json::to_writer(&mut *out, text).map_err(io::Error::from)
+}
+
+fn number(out: &mut Vec<u8>, value: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
 
 fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
