@@ -16,6 +16,9 @@
 //!   `gpu.memory.peak` seen on a step span and in a metric point, so run.sh can tell which
 //!   spikes of the timeline were caught.
 //!
+//! With `GPUSPAN_BENCH_EXPORT=none`, `steps` sends spans and metrics nowhere instead (spans
+//! still pass the export thread and its taps), as the Python side's no-op exporter does.
+//!
 //! Without arguments (`cargo test --benches`) it runs a short `steps` pass.
 
 #[path = "common/mod.rs"]
@@ -63,9 +66,15 @@ fn plain() -> bool {
 
 fn steps(n: u64, rounds: usize) {
     let receiver = Receiver::start_grpc();
+    let nowhere = std::env::var("GPUSPAN_BENCH_EXPORT").is_ok_and(|v| v == "none");
+    let exporter = if nowhere {
+        Exporter::None
+    } else {
+        Exporter::Otlp
+    };
     let telemetry = builder(&receiver)
-        .traces_exporter(Exporter::Otlp)
-        .metrics_exporter(Exporter::Otlp)
+        .traces_exporter(exporter)
+        .metrics_exporter(exporter)
         .build()
         .expect("gpuspan builds");
     let devices = telemetry.devices().len();
@@ -100,8 +109,9 @@ fn steps(n: u64, rounds: usize) {
         step.push(timed(true));
     }
     println!(
-        "{{\"lang\": \"rust\", \"span\": {:?}, \"devices\": {devices}, \"source\": {:?}, \"steps\": {n}, \"rounds\": {rounds}, \"empty_ns\": {:.1}, \"step_ns\": {:.1}}}",
+        "{{\"lang\": \"rust\", \"span\": {:?}, \"export\": {:?}, \"devices\": {devices}, \"source\": {:?}, \"steps\": {n}, \"rounds\": {rounds}, \"empty_ns\": {:.1}, \"step_ns\": {:.1}}}",
         if plain() { "info_span!" } else { "step_span!" },
+        if nowhere { "none" } else { "otlp-grpc" },
         telemetry.memory_source().unwrap_or("none"),
         common::median(&empty),
         common::median(&step)

@@ -60,9 +60,9 @@ thread_local! {
     /// Set while the guard records the memory fields: the OTel layer skips that record.
     static RECORDING_MEMORY: Cell<bool> = const { Cell::new(false) };
     /// Figures of spans whose guard dropped on this thread, waiting for their close.
-    static WAITING: RefCell<Vec<(Id, Box<SpanFigures>)>> = const { RefCell::new(Vec::new()) };
+    static WAITING: RefCell<Vec<(Id, SpanFigures)>> = const { RefCell::new(Vec::new()) };
     /// Figures of the span closing now on this thread, for the span processor's `on_end`.
-    static CLOSING: RefCell<Option<Box<SpanFigures>>> = const { RefCell::new(None) };
+    static CLOSING: RefCell<Option<SpanFigures>> = const { RefCell::new(None) };
 }
 
 /// Runs `record` (the guard's `record_all` of the memory fields) without the OTel layer.
@@ -76,12 +76,12 @@ pub(crate) fn record_memory_fields(record: impl FnOnce()) {
 static PARKED: AtomicUsize = AtomicUsize::new(0);
 
 /// Figures parked in a span's extensions.
-struct Parked(Box<SpanFigures>);
+struct Parked(SpanFigures);
 
 /// Exits and drops the guard's span, handing its figures to the close. The close usually
 /// happens right here; when a clone of the span is still alive it comes later, maybe on
 /// another thread, and the figures wait in the span's extensions until then.
-pub(crate) fn hand_over(span: tracing::span::EnteredSpan, figures: Box<SpanFigures>) {
+pub(crate) fn hand_over(span: tracing::span::EnteredSpan, figures: SpanFigures) {
     let span = span.exit();
     let Some(id) = span.id() else { return };
     // `try_with`: a guard dropped while the thread's locals are torn down must not panic.
@@ -105,14 +105,14 @@ pub(crate) fn hand_over(span: tracing::span::EnteredSpan, figures: Box<SpanFigur
 }
 
 /// The figures of the span whose `on_end` is running, if gpuspan measured it.
-pub(crate) fn closing() -> Option<Box<SpanFigures>> {
+pub(crate) fn closing() -> Option<SpanFigures> {
     CLOSING
         .try_with(|closing| closing.borrow_mut().take())
         .ok()
         .flatten()
 }
 
-fn take_waiting(id: &Id) -> Option<Box<SpanFigures>> {
+fn take_waiting(id: &Id) -> Option<SpanFigures> {
     WAITING
         .try_with(|waiting| {
             let mut waiting = waiting.borrow_mut();

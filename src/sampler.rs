@@ -64,6 +64,21 @@ pub(crate) struct Shared {
     max_gap_ns: AtomicU64,
 }
 
+/// `gpu.<index>.memory.start` / `.end` / `.peak`, made once per device index for the life
+/// of the process: static keys cost nothing to copy onto every span and to drop (a shared
+/// string would cost two atomic operations per key per span).
+fn device_keys(index: u32) -> [&'static str; 3] {
+    static KEYS: Mutex<Vec<(u32, [&'static str; 3])>> = Mutex::new(Vec::new());
+    let mut keys = KEYS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, made)) = keys.iter().find(|(i, _)| *i == index) {
+        return *made;
+    }
+    let made = ["start", "end", "peak"]
+        .map(|end| &*Box::leak(format!("gpu.{index}.memory.{end}").into_boxed_str()));
+    keys.push((index, made));
+    made
+}
+
 /// Open spans' watermarks, and closed ones kept for reuse so that opening a span does not
 /// allocate.
 #[derive(Debug, Default)]
@@ -169,17 +184,12 @@ pub struct SamplerStats {
 }
 
 impl Shared {
-    fn new(source_name: String, devices: Vec<Device>, interval: Duration) -> Self {
+    pub(crate) fn new(source_name: String, devices: Vec<Device>, interval: Duration) -> Self {
         let n = devices.len();
         let atomics = |len: usize| (0..len).map(|_| AtomicU64::new(ABSENT)).collect();
         let device_keys = devices
             .iter()
-            .map(|device| {
-                ["start", "end", "peak"].map(|end| {
-                    let name: Arc<str> = format!("gpu.{}.memory.{end}", device.index).into();
-                    opentelemetry::Key::from(name)
-                })
-            })
+            .map(|device| device_keys(device.index).map(opentelemetry::Key::from_static_str))
             .collect();
         Self {
             source_name: source_name.into(),

@@ -169,8 +169,8 @@ impl Drop for MemorySpan {
             Some(tracking) => {
                 let figures = SpanFigures::measure(&tracking.state.shared, &tracking.watermark);
                 tracking.watermark.close();
-                figures.record_fields(tracking.fields, &span);
-                crate::layer::hand_over(span, Box::new(figures));
+                figures.record_fields(&tracking.state.shared, tracking.fields, &span);
+                crate::layer::hand_over(span, figures);
             }
             None => drop(span),
         }
@@ -208,8 +208,6 @@ pub(crate) struct SpanFigures {
     pub(crate) samples: u64,
     /// Why the span failed: devices lost while it was open, or a panic.
     pub(crate) error: Option<String>,
-    /// Source name and attribute keys.
-    pub(crate) shared: Arc<Shared>,
 }
 
 impl SpanFigures {
@@ -263,7 +261,6 @@ impl SpanFigures {
             devices,
             samples: watermark.samples(),
             error,
-            shared: Arc::clone(shared),
         }
     }
 
@@ -289,7 +286,7 @@ impl SpanFigures {
 
     /// Records the figures as the span's tracing fields, for every subscriber but the OTel
     /// layer (which gets them from the export thread).
-    fn record_fields(&self, fields: &MemoryFields, span: &tracing::Span) {
+    fn record_fields(&self, shared: &Shared, fields: &MemoryFields, span: &tracing::Span) {
         let Some(metadata) = span.metadata() else {
             return;
         };
@@ -304,7 +301,7 @@ impl SpanFigures {
         let allocated = self.allocated_peak.map(int);
         let reserved = self.reserved_peak.map(int);
         let imbalance = self.imbalance();
-        let source = self.shared.source_name();
+        let source = shared.source_name();
         let samples = int(self.samples);
         let values = [
             (&fields.gpu[0], value(&gpu_start)),
@@ -330,7 +327,7 @@ impl SpanFigures {
 
     /// The OTel attributes: the same figures as the tracing fields, plus the per-device
     /// ones. Runs on the export thread.
-    pub(crate) fn attributes(&self, out: &mut Vec<KeyValue>) {
+    pub(crate) fn attributes(&self, shared: &Shared, out: &mut Vec<KeyValue>) {
         out.reserve(16 + self.devices.len() * 3);
         let mut triple = |keys: &[&'static str; 3], t: Option<Triple>| {
             if let Some(t) = t {
@@ -371,13 +368,10 @@ impl SpanFigures {
         if let Some(peak) = self.reserved_peak {
             out.push(KeyValue::new("gpu.allocator.reserved.peak", int(peak)));
         }
-        out.push(KeyValue::new(
-            "gpu.memory.source",
-            self.shared.source_value(),
-        ));
+        out.push(KeyValue::new("gpu.memory.source", shared.source_value()));
         out.push(KeyValue::new("gpu.memory.samples", int(self.samples)));
         for (i, device) in self.devices.iter().enumerate() {
-            let [start_key, end_key, peak_key] = self.shared.device_keys(i);
+            let [start_key, end_key, peak_key] = shared.device_keys(i);
             let mut push = |key: &Key, v: Option<u64>| {
                 if let Some(v) = v {
                     out.push(KeyValue::new(key.clone(), int(v)));
@@ -387,6 +381,55 @@ impl SpanFigures {
             push(end_key, device.end);
             push(peak_key, device.peak);
         }
+    }
+}
+
+impl SpanFigures {
+    /// Completes a record read from the span's own attributes with these figures, exactly
+    /// as reading the span again after [`SpanFigures::attributes`] would (a test checks
+    /// both ways agree): the export thread then never parses its own keys back.
+    pub(crate) fn complete_record(&self, shared: &Shared, record: &mut crate::runlog::SpanRecord) {
+        use crate::runlog::{DeviceFigures, Memory};
+        let memory = |t: Option<Triple>| {
+            t.map(|t| Memory {
+                start: int(t.start),
+                peak: int(t.peak),
+                end: int(t.end),
+            })
+        };
+        // A key already on the span came first, and the first one counts.
+        record.gpu = record.gpu.or(memory(self.gpu));
+        record.process_gpu = record.process_gpu.or(memory(self.process_gpu));
+        record.host = record.host.or(memory(self.host));
+        record.allocated_peak = record.allocated_peak.or(self.allocated_peak.map(int));
+        record.reserved_peak = record.reserved_peak.or(self.reserved_peak.map(int));
+        record.samples = record.samples.or(Some(int(self.samples)));
+        if record.source.is_none() {
+            record.source = Some(shared.source_name().to_owned());
+        }
+        for (device, figures) in shared.devices().iter().zip(&self.devices) {
+            if figures.start.is_none() && figures.end.is_none() && figures.peak.is_none() {
+                continue;
+            }
+            let position = match record.devices.iter().position(|d| d.index == device.index) {
+                Some(position) => position,
+                None => {
+                    record.devices.push(DeviceFigures {
+                        index: device.index,
+                        start: None,
+                        peak: None,
+                        end: None,
+                    });
+                    record.devices.len() - 1
+                }
+            };
+            // Per-device figures: the last key counts (as when reading them back).
+            let entry = &mut record.devices[position];
+            entry.start = figures.start.map(int).or(entry.start);
+            entry.end = figures.end.map(int).or(entry.end);
+            entry.peak = figures.peak.map(int).or(entry.peak);
+        }
+        record.devices.sort_by_key(|d| d.index);
     }
 }
 
@@ -403,4 +446,123 @@ fn delta(t: Triple) -> i64 {
 
 fn value<T: Value>(v: &Option<T>) -> Option<&dyn Value> {
     v.as_ref().map(|v| v as &dyn Value)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
+
+    use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId};
+    use opentelemetry::{InstrumentationScope, KeyValue};
+    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+
+    use super::{DeviceTriple, SpanFigures, Triple};
+    use crate::runlog::SpanRecord;
+    use crate::sampler::Shared;
+    use crate::source::Device;
+
+    fn shared(devices: u32) -> Arc<Shared> {
+        let devices = (0..devices)
+            .map(|i| Device {
+                index: i * 2 + 1,
+                uuid: format!("GPU-{i}"),
+                name: "fake".into(),
+                vendor: "nvidia".into(),
+            })
+            .collect();
+        Arc::new(Shared::new(
+            "nvml".into(),
+            devices,
+            Duration::from_millis(5),
+        ))
+    }
+
+    fn span(name: &'static str, attributes: Vec<KeyValue>) -> SpanData {
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(3_u128),
+                SpanId::from(4),
+                TraceFlags::SAMPLED,
+                false,
+                Default::default(),
+            ),
+            parent_span_id: SpanId::from(5),
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: name.into(),
+            start_time: SystemTime::UNIX_EPOCH + Duration::from_secs(10),
+            end_time: SystemTime::UNIX_EPOCH + Duration::from_secs(11),
+            attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: InstrumentationScope::builder("gpuspan").build(),
+        }
+    }
+
+    fn triple(base: u64) -> Option<Triple> {
+        Some(Triple {
+            start: base,
+            end: base.saturating_add(7),
+            peak: base.saturating_add(100),
+        })
+    }
+
+    /// The record the export thread completes from the figures is the record read back
+    /// from the attributes those figures become, for every shape of figures.
+    #[test]
+    fn a_record_completed_from_figures_equals_the_one_read_from_the_exported_span() {
+        let own = |extra: Vec<KeyValue>| {
+            let mut attributes = vec![
+                KeyValue::new("ml.step", 12_i64),
+                KeyValue::new("code.file.path", "train.rs"),
+                KeyValue::new("batch_size", 64_i64),
+            ];
+            attributes.extend(extra);
+            attributes
+        };
+        for devices in [0, 1, 2, 8] {
+            for variant in 0..6 {
+                let shared = shared(devices);
+                let n = if devices > 1 { devices as usize } else { 0 };
+                let mut figures = SpanFigures {
+                    gpu: triple(1_000),
+                    process_gpu: triple(500).filter(|_| variant != 1),
+                    host: triple(u64::MAX - 5),
+                    allocated_peak: (variant == 2).then_some(42),
+                    reserved_peak: (variant >= 2).then_some(84),
+                    devices: (0..n)
+                        .map(|i| DeviceTriple {
+                            start: Some(10 * i as u64),
+                            end: (variant != 3 || i != 1).then_some(10 * i as u64 + 3),
+                            peak: Some(10 * i as u64 + 9),
+                        })
+                        .collect(),
+                    samples: 17,
+                    error: (variant == 4).then(|| "device 1 was lost".to_owned()),
+                };
+                // The program recorded its own allocator peak on the span.
+                let extra = if variant == 5 {
+                    figures.reserved_peak = None;
+                    vec![KeyValue::new("gpu.allocator.reserved.peak", 99_i64)]
+                } else {
+                    Vec::new()
+                };
+                let mut exported = span("step", own(extra.clone()));
+                let mut completed = SpanRecord::from_span_data(&exported);
+                figures.complete_record(&shared, &mut completed);
+                let mut ours = Vec::new();
+                figures.attributes(&shared, &mut ours);
+                exported.attributes.extend(ours);
+                if let Some(error) = &figures.error {
+                    exported.status = Status::error(error.clone());
+                    completed.error = Some(error.clone());
+                }
+                let read_back = SpanRecord::from_span_data(&exported);
+                assert_eq!(completed, read_back, "{devices} devices, variant {variant}");
+            }
+        }
+    }
 }

@@ -175,21 +175,32 @@ def report(steps_file, spikes_file, polls_file, gpuspan_file):
     rows = [json.loads(l) for l in open(steps_file) if l.strip()]
     print("per-step overhead (instrumented step minus empty loop), medians")
     print(
-        f"{'devices':>7} {'python ns':>11} {'rust ns':>9} {'py empty':>9} {'rs empty':>9} "
-        f"{'py overhead':>12} {'rs overhead':>12} {'python/rust':>12}"
+        f"{'devices':>7} {'gpuspan export':>15} {'python ns':>11} {'rust ns':>9} {'py empty':>9} "
+        f"{'rs empty':>9} {'py overhead':>12} {'rs overhead':>12} {'python/rust':>12}"
     )
     for devices in sorted({r["devices"] for r in rows}):
         py = [r for r in rows if r["lang"] == "python" and r["devices"] == devices]
-        rs = [r for r in rows if r["lang"] == "rust" and r["devices"] == devices]
-        if not py or not rs:
+        if not py:
             continue
-        py, rs = py[-1], rs[-1]
+        py = py[-1]
         py_over = py["step_ns"] - py["empty_ns"]
-        rs_over = rs["step_ns"] - rs["empty_ns"]
-        print(
-            f"{devices:>7} {py['step_ns']:>11.0f} {rs['step_ns']:>9.0f} {py['empty_ns']:>9.1f} "
-            f"{rs['empty_ns']:>9.1f} {py_over:>12.0f} {rs_over:>12.0f} {py_over / rs_over:>11.1f}x"
-        )
+        for export in ("none", "otlp-grpc"):
+            rs = [
+                r
+                for r in rows
+                if r["lang"] == "rust"
+                and r["devices"] == devices
+                and r.get("export", "otlp-grpc") == export
+            ]
+            if not rs:
+                continue
+            rs = rs[-1]
+            rs_over = rs["step_ns"] - rs["empty_ns"]
+            print(
+                f"{devices:>7} {export:>15} {py['step_ns']:>11.0f} {rs['step_ns']:>9.0f} "
+                f"{py['empty_ns']:>9.1f} {rs['empty_ns']:>9.1f} {py_over:>12.0f} "
+                f"{rs_over:>12.0f} {py_over / rs_over:>11.1f}x"
+            )
     print()
     spikes = json.load(open(spikes_file))
     observers = []

@@ -6,7 +6,8 @@
 # 1. Per-step overhead: N steps of gpuspan's step_span! (benches/compare_steps.rs) and N
 #    steps of the Python tutorial pattern (pynvml reads + an opentelemetry-sdk span with
 #    memory attributes, BatchSpanProcessor, no-op exporter; compare.py), with 1 and 8 fake
-#    devices; overhead = instrumented step - empty loop, in the same process; ratio.
+#    devices; overhead = instrumented step - empty loop, in the same process; ratio. gpuspan
+#    runs with its spans sent nowhere (as Python's no-op exporter) and over OTLP/gRPC.
 # 2. Spike capture: a fake NVML timeline with spikes of 2, 5, 10, 20 and 200 ms spread over
 #    SPIKE_SECONDS (default 42, so a 10 s poller reads 4 times), observed by gpuspan at its
 #    default 5 ms interval (step spans and the gpu.memory.peak gauge) and by pollers reading
@@ -59,9 +60,13 @@ echo
 
 : > "$OUT/steps.jsonl"
 for devices in 1 8; do
-    # shellcheck disable=SC2086
-    env $ENV_CLEAN GPUSPAN_NVML_LIB="$FAKE" FAKE_NVML_DEVICES=$devices \
-        "$BENCH" steps "$STEPS" "$ROUNDS" >> "$OUT/steps.jsonl"
+    # gpuspan twice: spans sent nowhere (still through its export thread and taps), as the
+    # Python side's no-op exporter does, and over OTLP/gRPC to an in-process receiver.
+    for export in none otlp; do
+        # shellcheck disable=SC2086
+        env $ENV_CLEAN GPUSPAN_NVML_LIB="$FAKE" FAKE_NVML_DEVICES=$devices GPUSPAN_BENCH_EXPORT=$export \
+            "$BENCH" steps "$STEPS" "$ROUNDS" >> "$OUT/steps.jsonl"
+    done
     # shellcheck disable=SC2086
     env $ENV_CLEAN LD_LIBRARY_PATH="$OUT/fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKE_NVML_DEVICES=$devices \
         "$PY" benches/compare/compare.py steps "$STEPS" "$ROUNDS" >> "$OUT/steps.jsonl"

@@ -13,6 +13,28 @@ pub(crate) mod tap;
 
 use std::future::Future;
 
+/// How much nicer than the program gpuspan's export threads run.
+const BACKGROUND_NICE: libc::c_int = 10;
+
+/// Lowers this thread's scheduling priority (Linux `nice`, per thread), so that when the
+/// cores are busy the training thread gets them first and the export threads take what is
+/// left. The sampler is not lowered: its schedule is what catches short spikes. Failing
+/// (an unusual scheduler, a sandbox) leaves the priority as it was.
+pub(crate) fn background_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain system calls on this thread's own id, with no pointers.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        *libc::__errno_location() = 0;
+        let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if current == -1 && *libc::__errno_location() != 0 {
+            return;
+        }
+        let nicer = (current + BACKGROUND_NICE).min(19);
+        libc::setpriority(libc::PRIO_PROCESS, tid, nicer);
+    }
+}
+
 /// Makes this thread's tracing go nowhere, for the life of the thread: gpuspan's own
 /// threads (sampler, export, endpoint) must not feed the program's subscriber, whose spans
 /// gpuspan exports.

@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::{self, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,6 +28,7 @@ use opentelemetry_sdk::Resource;
 use super::health::ExportHealth;
 use super::tap::SpanTap;
 use crate::runlog::SpanRecord;
+use crate::sampler::Shared;
 use crate::span::SpanFigures;
 
 /// Queue sizes and timings.
@@ -64,8 +65,9 @@ pub(crate) enum Sink<E> {
     Local(E),
 }
 
+#[allow(clippy::large_enum_variant)]
 enum Message {
-    Span(Box<SpanData>, Option<Box<SpanFigures>>),
+    Span(SpanData, Option<SpanFigures>),
     Resource(Resource),
     Flush(mpsc::SyncSender<OTelSdkResult>, Duration),
     Shutdown(mpsc::SyncSender<OTelSdkResult>, Duration),
@@ -74,7 +76,11 @@ enum Message {
 /// The span processor: a channel to the export thread.
 #[derive(Debug)]
 pub(crate) struct QueueProcessor {
-    sender: Mutex<Option<mpsc::Sender<Message>>>,
+    sender: mpsc::Sender<Message>,
+    /// The export thread, woken for a full batch or a request; it wakes by itself for a
+    /// partial batch, so most spans cost the training thread no system call.
+    worker: std::thread::Thread,
+    batch: usize,
     queued: Arc<AtomicUsize>,
     capacity: usize,
     health: Arc<ExportHealth>,
@@ -91,6 +97,7 @@ impl QueueProcessor {
         health: Arc<ExportHealth>,
         taps: Vec<Box<dyn SpanTap>>,
         flush_timeout: Duration,
+        shared: Arc<Shared>,
     ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -105,15 +112,19 @@ impl QueueProcessor {
             backoff: config.backoff,
             taps,
             attributes: Vec::new(),
+            shared,
         };
         let thread = std::thread::Builder::new()
             .name("gpuspan-spans".into())
             .spawn(move || {
                 super::silence_tracing();
+                super::background_priority();
                 worker.run(&receiver);
             })?;
         Ok(Self {
-            sender: Mutex::new(Some(sender)),
+            sender,
+            worker: thread.thread().clone(),
+            batch: config.batch.max(1),
             queued,
             capacity: config.capacity,
             health,
@@ -124,15 +135,18 @@ impl QueueProcessor {
     }
 
     /// Spans ended but not yet through the taps.
-    pub(crate) fn backlog(&self) -> Arc<AtomicUsize> {
-        Arc::clone(&self.queued)
+    pub(crate) fn backlog(&self) -> Backlog {
+        Backlog {
+            queued: Arc::clone(&self.queued),
+            worker: Some(self.worker.clone()),
+        }
     }
 
+    /// Sends a request and wakes the export thread for it.
     fn send(&self, message: Message) -> bool {
-        match self.sender.lock() {
-            Ok(sender) => sender.as_ref().is_some_and(|s| s.send(message).is_ok()),
-            Err(_) => false,
-        }
+        let sent = self.sender.send(message).is_ok();
+        self.worker.unpark();
+        sent
     }
 
     fn request(
@@ -164,14 +178,19 @@ impl SpanProcessor for QueueProcessor {
             self.health.lost(1, "the span ended after shutdown");
             return;
         }
-        if self.queued.fetch_add(1, Ordering::Relaxed) >= self.capacity {
+        let queued = self.queued.fetch_add(1, Ordering::Relaxed);
+        if queued >= self.capacity {
             self.queued.fetch_sub(1, Ordering::Relaxed);
             self.health.lost(1, self.health.overflow_reason());
             return;
         }
-        if !self.send(Message::Span(Box::new(span), figures)) {
+        if self.sender.send(Message::Span(span, figures)).is_err() {
             self.queued.fetch_sub(1, Ordering::Relaxed);
             self.health.lost(1, "the export thread has stopped");
+            return;
+        }
+        if (queued + 1) % self.batch == 0 {
+            self.worker.unpark();
         }
     }
 
@@ -184,9 +203,6 @@ impl SpanProcessor for QueueProcessor {
             return Err(OTelSdkError::AlreadyShutdown);
         }
         let result = self.request(Message::Shutdown, timeout);
-        if let Ok(mut sender) = self.sender.lock() {
-            sender.take();
-        }
         if result.is_ok() {
             if let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) {
                 let _ = thread.join();
@@ -200,10 +216,30 @@ impl SpanProcessor for QueueProcessor {
     }
 }
 
+/// The spans ended but not yet through the taps, and a way to have them taken now.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Backlog {
+    queued: Arc<AtomicUsize>,
+    worker: Option<std::thread::Thread>,
+}
+
+impl Backlog {
+    /// Wakes the export thread and waits, at most until `by`, for every ended span to
+    /// have passed the taps.
+    pub(crate) fn settle(&self, by: Instant) {
+        if let Some(worker) = &self.worker {
+            worker.unpark();
+        }
+        while self.queued.load(Ordering::Relaxed) > 0 && Instant::now() < by {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
 /// An export in progress: its spans stay here (the exporter has copies) until the
 /// destination accepts them, and go back to the front of the buffer if it does not.
 struct InFlight {
-    spans: Vec<SpanData>,
+    spans: Arc<Vec<SpanData>>,
     result: tokio::task::JoinHandle<OTelSdkResult>,
 }
 
@@ -228,6 +264,10 @@ struct Worker<E> {
     backoff: Duration,
     taps: Vec<Box<dyn SpanTap>>,
     attributes: Vec<opentelemetry::KeyValue>,
+    /// The sampler's device list and keys, held here rather than by every span: a count
+    /// shared by the training thread and this one would move between their cores twice
+    /// per span.
+    shared: Arc<Shared>,
 }
 
 /// How often the worker looks at an export in progress.
@@ -237,6 +277,8 @@ impl<E: SpanExporter + 'static> Worker<E> {
     fn run(&mut self, receiver: &mpsc::Receiver<Message>) {
         let mut deadline = Instant::now() + self.config.delay;
         let mut drain: Option<Drain> = None;
+        // The channel may hold more than was taken last time.
+        let mut more = true;
         loop {
             let now = Instant::now();
             let wait = if self.in_flight.is_some() || drain.is_some() {
@@ -248,30 +290,33 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 };
                 until.saturating_duration_since(now).max(POLL)
             };
-            match receiver.recv_timeout(wait) {
-                Ok(message) => {
-                    self.handle(message, &mut drain);
-                    // Take what else is queued, up to a batch, before looking at exports:
-                    // under a steady flood the channel is never empty, and the exports
-                    // must still go out.
-                    for _ in 1..self.config.batch {
-                        match receiver.try_recv() {
-                            Ok(message) => self.handle(message, &mut drain),
-                            Err(_) => break,
+            if !more {
+                // Woken early by a full batch or a flush, shutdown or new resource.
+                std::thread::park_timeout(wait);
+            }
+            // Take what is queued, up to a batch, before looking at exports: under a
+            // steady flood the channel is never empty, and the exports must still go out.
+            more = false;
+            for taken in 1..=self.config.batch {
+                match receiver.try_recv() {
+                    Ok(message) => {
+                        self.handle(message, &mut drain);
+                        more = taken == self.config.batch;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        if drain.is_none() {
+                            // The processor was dropped without a shutdown: deliver what
+                            // can be delivered in a short while, then stop.
+                            drain = Some(Drain {
+                                reply: mpsc::sync_channel(1).0,
+                                deadline: Instant::now() + Duration::from_secs(1),
+                                shutdown: true,
+                            });
                         }
+                        break;
                     }
                 }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) if drain.is_none() => {
-                    // The processor was dropped without a shutdown: deliver what can be
-                    // delivered in a short while, then stop.
-                    drain = Some(Drain {
-                        reply: mpsc::sync_channel(1).0,
-                        deadline: Instant::now() + Duration::from_secs(1),
-                        shutdown: true,
-                    });
-                }
-                Err(RecvTimeoutError::Disconnected) => {}
             }
             self.poll_in_flight();
             let now = Instant::now();
@@ -305,7 +350,7 @@ impl<E: SpanExporter + 'static> Worker<E> {
     fn handle(&mut self, message: Message, drain: &mut Option<Drain>) {
         match message {
             Message::Span(span, figures) => {
-                self.accept(*span, figures);
+                self.accept(span, figures);
                 // After the taps: a backlog of zero means every ended span was seen by them.
                 self.queued.fetch_sub(1, Ordering::Relaxed);
             }
@@ -344,7 +389,8 @@ impl<E: SpanExporter + 'static> Worker<E> {
     }
 
     /// Adds the span's memory attributes, shows it to every tap, and buffers it.
-    fn accept(&mut self, mut span: SpanData, figures: Option<Box<SpanFigures>>) {
+    fn accept(&mut self, mut span: SpanData, figures: Option<SpanFigures>) {
+        let mut record = (!self.taps.is_empty()).then(|| SpanRecord::from_span_data(&span));
         if let Some(mut figures) = figures {
             // Allocator peaks the program recorded on the span itself (the Python package's
             // exact per-span peaks) win over the pushed counters' watermark.
@@ -355,17 +401,27 @@ impl<E: SpanExporter + 'static> Worker<E> {
             if figures.reserved_peak.is_some() && has("gpu.allocator.reserved.peak") {
                 figures.reserved_peak = None;
             }
+            if let Some(record) = &mut record {
+                figures.complete_record(&self.shared, record);
+            }
+            // A new list made here: growing the one the training thread allocated would
+            // take that thread's allocator lock from this one.
             self.attributes.clear();
-            figures.attributes(&mut self.attributes);
-            span.attributes.append(&mut self.attributes);
+            figures.attributes(&self.shared, &mut self.attributes);
+            let mut attributes = Vec::with_capacity(span.attributes.len() + self.attributes.len());
+            attributes.append(&mut span.attributes);
+            attributes.append(&mut self.attributes);
+            span.attributes = attributes;
             if let Some(error) = &figures.error {
                 span.status = opentelemetry::trace::Status::error(error.clone());
+                if let Some(record) = &mut record {
+                    record.error = Some(error.clone());
+                }
             }
         }
-        if !self.taps.is_empty() {
-            let record = SpanRecord::from_span_data(&span);
+        if let Some(record) = &record {
             for tap in &mut self.taps {
-                tap.on_span(&mut span, &record);
+                tap.on_span(&mut span, record);
             }
         }
         self.waiting.push_back(span);
@@ -400,10 +456,16 @@ impl<E: SpanExporter + 'static> Worker<E> {
         }
         match &self.sink {
             Sink::Remote(exporter, runtime) => {
-                let spans: Vec<SpanData> = self.waiting.drain(..count).collect();
-                let batch = spans.clone();
+                let spans: Arc<Vec<SpanData>> = Arc::new(self.waiting.drain(..count).collect());
+                let shared = Arc::clone(&spans);
                 let exporter = Arc::clone(exporter);
-                let result = runtime.spawn(async move { exporter.export(batch).await });
+                let result = runtime.spawn(async move {
+                    // Copied where the copy is encoded and freed, so no allocation crosses
+                    // threads for it.
+                    let batch = shared.to_vec();
+                    drop(shared);
+                    exporter.export(batch).await
+                });
                 self.in_flight = Some(InFlight { spans, result });
             }
             Sink::Local(exporter) => {
@@ -445,6 +507,7 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 self.retry_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(self.config.max_backoff);
                 // Back in front, in order: they are still the oldest.
+                let spans = Arc::try_unwrap(spans).unwrap_or_else(|shared| shared.to_vec());
                 for span in spans.into_iter().rev() {
                     self.waiting.push_front(span);
                 }
@@ -569,6 +632,14 @@ mod tests {
         }
     }
 
+    fn no_devices() -> Arc<crate::sampler::Shared> {
+        Arc::new(crate::sampler::Shared::new(
+            "none".into(),
+            Vec::new(),
+            Duration::from_millis(5),
+        ))
+    }
+
     fn config(capacity: usize) -> QueueConfig {
         QueueConfig {
             capacity,
@@ -603,12 +674,13 @@ mod tests {
             Arc::clone(&health),
             vec![Box::new(SlowTap)],
             Duration::from_secs(30),
+            no_devices(),
         )
         .expect("the export thread starts");
         let produced = flood(&processor, Duration::from_millis(400));
         let during = got.load(Ordering::Relaxed);
         assert!(
-            processor.backlog().load(Ordering::Relaxed) > 0,
+            processor.backlog().queued.load(Ordering::Relaxed) > 0,
             "the flood must outrun the export thread for this test to mean anything"
         );
         assert!(
@@ -646,6 +718,7 @@ mod tests {
                 Arc::clone(&health),
                 Vec::new(),
                 Duration::from_millis(200),
+                no_devices(),
             )
             .expect("the export thread starts");
             let produced = flood(&processor, Duration::from_millis(300));

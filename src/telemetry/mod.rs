@@ -81,7 +81,7 @@ struct Inner {
     /// Leak, budget, batch-size fit and near-OOM findings.
     diagnosis: crate::diagnose::Diagnosis,
     /// Spans ended but not yet through the taps.
-    span_backlog: Arc<std::sync::atomic::AtomicUsize>,
+    span_backlog: crate::export::queue::Backlog,
 }
 
 impl std::fmt::Debug for Inner {
@@ -185,6 +185,11 @@ impl Telemetry {
             return Ok(());
         };
         let timeout = inner.export_timeout();
+        // The duration histograms are fed by the span taps: every ended span goes through
+        // them before the metrics are collected.
+        inner
+            .span_backlog
+            .settle(std::time::Instant::now() + timeout.min(std::time::Duration::from_secs(1)));
         // Metrics flush on a thread of their own, waited for at most the export timeout:
         // a metric export may be retrying while the collector is down.
         let meter_provider = inner.meter_provider.clone();
@@ -327,7 +332,7 @@ impl Inner {
             run_dir: run_dir.as_deref(),
             health: Vec::new(),
             stopping: Arc::clone(&stopping),
-            span_backlog: Arc::default(),
+            span_backlog: Default::default(),
         };
         let meter_provider =
             pipes.meter_provider(&settings.metrics, &resource, settings.metric_interval)?;
@@ -358,7 +363,13 @@ impl Inner {
             capacity: settings.export_queue,
             ..QueueConfig::default()
         };
-        let tracer_provider = pipes.tracer_provider(&settings.traces, &resource, queue, taps)?;
+        let tracer_provider = pipes.tracer_provider(
+            &settings.traces,
+            &resource,
+            queue,
+            taps,
+            Arc::clone(sampler.shared()),
+        )?;
         let tracer = tracer_provider.tracer("gpuspan");
         let Pipes {
             runtime,

@@ -28,7 +28,7 @@ pub(super) struct Pipes<'a> {
     /// Set at shutdown: metric exports stop retrying.
     pub(super) stopping: Arc<AtomicBool>,
     /// Spans ended but not yet through the taps (which feed the duration histograms).
-    pub(super) span_backlog: Arc<std::sync::atomic::AtomicUsize>,
+    pub(super) span_backlog: crate::export::queue::Backlog,
 }
 
 impl Pipes<'_> {
@@ -67,6 +67,7 @@ impl Pipes<'_> {
         resource: &opentelemetry_sdk::Resource,
         queue: QueueConfig,
         taps: Vec<Box<dyn SpanTap>>,
+        shared: Arc<crate::sampler::Shared>,
     ) -> Result<SdkTracerProvider, InitError> {
         let builder = SdkTracerProvider::builder().with_resource(resource.clone());
         let timeout = destination.timeout();
@@ -77,20 +78,27 @@ impl Pipes<'_> {
         let processor = match destination {
             Destination::None => {
                 let health = self.health("nowhere (OTEL_TRACES_EXPORTER=none)".into(), "span");
-                QueueProcessor::start(Sink::Local(NullSpanExporter), queue, health, taps, timeout)
+                QueueProcessor::start(
+                    Sink::Local(NullSpanExporter),
+                    queue,
+                    health,
+                    taps,
+                    timeout,
+                    shared,
+                )
             }
             Destination::Otlp(target) => {
                 let handle = self.runtime()?;
                 let exporter = otlp::span_exporter(target, &handle)?;
                 let health = self.health(target.endpoint.clone(), "span");
                 let sink = Sink::Remote(Arc::new(exporter), handle);
-                QueueProcessor::start(sink, queue, health, taps, timeout)
+                QueueProcessor::start(sink, queue, health, taps, timeout, shared)
             }
             Destination::RunDir | Destination::Console => {
                 let (lines, name) = self.lines(destination, runlog::TRACES_FILE)?;
                 let health = self.health(name, "span");
                 let exporter = JsonlSpanExporter::new(lines, resource);
-                QueueProcessor::start(Sink::Local(exporter), queue, health, taps, timeout)
+                QueueProcessor::start(Sink::Local(exporter), queue, health, taps, timeout, shared)
             }
         };
         let processor = processor.map_err(spawn_error)?;

@@ -28,10 +28,8 @@ impl Inner {
         // (plus slack), so a hung exporter cannot hang the exit.
         // The duration histograms are fed by the span taps: let every ended span through
         // them (no delivery wait, at most a second) before the last collection.
-        let taps_by = std::time::Instant::now() + Duration::from_secs(1);
-        while self.span_backlog.load(Ordering::Relaxed) > 0 && std::time::Instant::now() < taps_by {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        self.span_backlog
+            .settle(std::time::Instant::now() + Duration::from_secs(1));
         let meter_provider = self.meter_provider.clone();
         let (done, metrics_done) = std::sync::mpsc::sync_channel(1);
         let spawned = std::thread::Builder::new()

@@ -24,7 +24,10 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, InitError> {
         .worker_threads(1)
         .thread_name("gpuspan-export")
         // The transport's own tracing spans are not the program's: no subscriber here.
-        .on_thread_start(super::silence_tracing)
+        .on_thread_start(|| {
+            super::silence_tracing();
+            super::background_priority();
+        })
         .enable_all()
         .build()
         .map_err(|source| InitError::Thread {
