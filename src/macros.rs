@@ -79,8 +79,6 @@ macro_rules! __memory_span {
                 process.memory.start = $crate::__private::Empty,
                 process.memory.end = $crate::__private::Empty,
                 process.memory.peak = $crate::__private::Empty,
-                gpu.memory.source = $crate::__private::Empty,
-                gpu.memory.samples = $crate::__private::Empty,
                 $($($fields)*)?
             ),
             &FIELDS,

@@ -43,8 +43,6 @@ struct MemoryFields {
     allocated_peak: Field,
     reserved_peak: Field,
     host: [Field; 3],
-    source: Field,
-    samples: Field,
 }
 
 impl MemoryFields {
@@ -70,8 +68,6 @@ impl MemoryFields {
                 f("process.memory.end")?,
                 f("process.memory.peak")?,
             ],
-            source: f("gpu.memory.source")?,
-            samples: f("gpu.memory.samples")?,
         })
     }
 }
@@ -169,7 +165,7 @@ impl Drop for MemorySpan {
             Some(tracking) => {
                 let figures = SpanFigures::measure(&tracking.state.shared, &tracking.watermark);
                 tracking.watermark.close();
-                figures.record_fields(&tracking.state.shared, tracking.fields, &span);
+                figures.record_fields(tracking.fields, &span);
                 crate::layer::hand_over(span, figures);
             }
             None => drop(span),
@@ -286,7 +282,7 @@ impl SpanFigures {
 
     /// Records the figures as the span's tracing fields, for every subscriber but the OTel
     /// layer (which gets them from the export thread).
-    fn record_fields(&self, shared: &Shared, fields: &MemoryFields, span: &tracing::Span) {
+    fn record_fields(&self, fields: &MemoryFields, span: &tracing::Span) {
         let Some(metadata) = span.metadata() else {
             return;
         };
@@ -301,8 +297,6 @@ impl SpanFigures {
         let allocated = self.allocated_peak.map(int);
         let reserved = self.reserved_peak.map(int);
         let imbalance = self.imbalance();
-        let source = shared.source_name();
-        let samples = int(self.samples);
         let values = [
             (&fields.gpu[0], value(&gpu_start)),
             (&fields.gpu[1], value(&gpu_end)),
@@ -317,8 +311,6 @@ impl SpanFigures {
             (&fields.host[0], value(&host_start)),
             (&fields.host[1], value(&host_end)),
             (&fields.host[2], value(&host_peak)),
-            (&fields.source, Some(&source as &dyn Value)),
-            (&fields.samples, Some(&samples as &dyn Value)),
         ];
         crate::layer::record_memory_fields(|| {
             span.record_all(&metadata.fields().value_set(&values));

@@ -9,6 +9,7 @@ pub(crate) mod otlp;
 #[cfg(feature = "prometheus")]
 pub(crate) mod prometheus;
 pub(crate) mod queue;
+mod returns;
 pub(crate) mod tap;
 
 use std::future::Future;

@@ -26,6 +26,7 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
 use super::health::ExportHealth;
+use super::returns::{Returned, Returns};
 use super::tap::SpanTap;
 use crate::runlog::SpanRecord;
 use crate::sampler::Shared;
@@ -77,6 +78,7 @@ enum Message {
 #[derive(Debug)]
 pub(crate) struct QueueProcessor {
     sender: mpsc::Sender<Message>,
+    returns: Arc<Returns>,
     /// The export thread, woken for a full batch or a request; it wakes by itself for a
     /// partial batch, so most spans cost the training thread no system call.
     worker: std::thread::Thread,
@@ -101,6 +103,7 @@ impl QueueProcessor {
     ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
+        let returns = Arc::new(Returns::default());
         let mut worker = Worker {
             sink,
             config,
@@ -113,6 +116,8 @@ impl QueueProcessor {
             taps,
             attributes: Vec::new(),
             shared,
+            returns: Arc::clone(&returns),
+            returned: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name("gpuspan-spans".into())
@@ -123,6 +128,7 @@ impl QueueProcessor {
             })?;
         Ok(Self {
             sender,
+            returns,
             worker: thread.thread().clone(),
             batch: config.batch.max(1),
             queued,
@@ -170,6 +176,7 @@ impl SpanProcessor for QueueProcessor {
 
     fn on_end(&self, span: SpanData) {
         let figures = crate::layer::closing();
+        self.returns.free_some();
         if !span.span_context.is_sampled() {
             return;
         }
@@ -268,6 +275,9 @@ struct Worker<E> {
     /// shared by the training thread and this one would move between their cores twice
     /// per span.
     shared: Arc<Shared>,
+    /// Replaced attribute lists go back to be freed where they were allocated.
+    returns: Arc<Returns>,
+    returned: Vec<Returned>,
 }
 
 /// How often the worker looks at an export in progress.
@@ -405,18 +415,26 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 figures.complete_record(&self.shared, record);
             }
             // A new list made here: growing the one the training thread allocated would
-            // take that thread's allocator lock from this one.
+            // take that thread's allocator lock from this one; the old one goes back there.
             self.attributes.clear();
             figures.attributes(&self.shared, &mut self.attributes);
             let mut attributes = Vec::with_capacity(span.attributes.len() + self.attributes.len());
             attributes.append(&mut span.attributes);
             attributes.append(&mut self.attributes);
-            span.attributes = attributes;
+            let old = std::mem::replace(&mut span.attributes, attributes);
+            self.returned.push(Returned::Attributes(old));
             if let Some(error) = &figures.error {
                 span.status = opentelemetry::trace::Status::error(error.clone());
                 if let Some(record) = &mut record {
                     record.error = Some(error.clone());
                 }
+            }
+            if figures.devices.capacity() > 0 {
+                self.returned
+                    .push(Returned::Devices(std::mem::take(&mut figures.devices)));
+            }
+            if self.returned.len() >= 64 {
+                self.returns.hand_back(&mut self.returned);
             }
         }
         if let Some(record) = &record {
