@@ -82,7 +82,7 @@ pub(crate) struct QueueProcessor {
     /// The export thread, woken for a full batch or a request; it wakes by itself for a
     /// partial batch, so most spans cost the training thread no system call.
     worker: std::thread::Thread,
-    batch: usize,
+    wake_every: usize,
     queued: Arc<AtomicUsize>,
     capacity: usize,
     health: Arc<ExportHealth>,
@@ -130,7 +130,8 @@ impl QueueProcessor {
             sender,
             returns,
             worker: thread.thread().clone(),
-            batch: config.batch.max(1),
+            // Woken before the channel can fill, with a queue smaller than a batch too.
+            wake_every: config.batch.min(config.capacity / 2).max(1),
             queued,
             capacity: config.capacity,
             health,
@@ -196,7 +197,7 @@ impl SpanProcessor for QueueProcessor {
             self.health.lost(1, "the export thread has stopped");
             return;
         }
-        if (queued + 1) % self.batch == 0 {
+        if (queued + 1) % self.wake_every == 0 {
             self.worker.unpark();
         }
     }
@@ -220,6 +221,17 @@ impl SpanProcessor for QueueProcessor {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.send(Message::Resource(resource.clone()));
+    }
+}
+
+impl Drop for QueueProcessor {
+    /// Dropped without a shutdown: the export thread, maybe parked until its next batch
+    /// delay, delivers what it can in a short while and stops (as when its channel closes).
+    fn drop(&mut self) {
+        if !self.closed.swap(true, Ordering::Relaxed) {
+            let (reply, _) = mpsc::sync_channel(1);
+            self.send(Message::Shutdown(reply, Duration::from_secs(1)));
+        }
     }
 }
 
