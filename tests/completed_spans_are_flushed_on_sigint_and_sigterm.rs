@@ -4,22 +4,32 @@
 use gpuspan_test_support as support;
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use support::example::train_binary;
 
 fn interrupt_after_two_epochs(signal: i32) {
     let root = tempfile::tempdir().unwrap();
-    let mut child = Command::new(train_binary())
+    let mut command = Command::new(train_binary());
+    command
         .args(["--epochs", "100000", "--steps", "5", "--batch-size", "8"])
         .env("GPUSPAN_RUN_DIR", root.path())
         .env("GPUSPAN_RUN_ID", "interrupted")
         .env("GPUSPAN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    // A shell that starts this test in the background without job control makes SIGINT
+    // ignored, and an ignored signal stays ignored across exec: give the run the default.
+    // SAFETY: `signal` is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(signal, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     // Spans are exported in batches every second; two epochs take far less, so without a
