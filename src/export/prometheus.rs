@@ -7,9 +7,9 @@
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 use hyper::body::{Body as _, Bytes, Incoming};
@@ -20,6 +20,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::Resource;
 use tokio::sync::{oneshot, Semaphore};
 
+use super::queue::Backlog;
 use crate::error::InitError;
 
 /// A client has this long to send its request line and headers.
@@ -34,6 +35,8 @@ const MAX_BODY_BYTES: u64 = 1024;
 const MAX_CONNECTIONS: usize = 64;
 
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Longest a scrape waits for ended spans to reach the duration histograms.
+const SPANS_SETTLE: Duration = Duration::from_millis(200);
 
 /// The running endpoint. Dropping it stops the server thread.
 #[derive(Debug)]
@@ -42,9 +45,17 @@ pub(crate) struct PrometheusEndpoint {
     pub(crate) provider: SdkMeterProvider,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// The span export's backlog, set once the span pipeline exists.
+    spans: Arc<OnceLock<Backlog>>,
 }
 
 impl PrometheusEndpoint {
+    /// From now on a scrape first lets every ended span through the span taps (which feed
+    /// the duration histograms), so it counts every step that ended before it.
+    pub(crate) fn settle_spans_before_scrapes(&self, backlog: Backlog) {
+        let _ = self.spans.set(backlog);
+    }
+
     /// Binds `addr` and starts serving.
     pub(crate) fn start(addr: SocketAddr, resource: Resource) -> Result<Self, InitError> {
         let failed = |reason: String| InitError::Prometheus { addr, reason };
@@ -72,13 +83,15 @@ impl PrometheusEndpoint {
             .with_reader(exporter)
             .build();
         let (stop, stopped) = oneshot::channel();
+        let spans = Arc::new(OnceLock::new());
+        let scrape_spans = Arc::clone(&spans);
         let thread = std::thread::Builder::new()
             .name("gpuspan-prometheus".into())
             .spawn(move || {
                 super::silence_tracing();
                 runtime.block_on(async move {
                     tokio::select! {
-                        () = serve(listener, Arc::new(registry)) => {}
+                        () = serve(listener, Arc::new(registry), scrape_spans) => {}
                         _ = stopped => {}
                     }
                 });
@@ -93,6 +106,7 @@ impl PrometheusEndpoint {
             provider,
             stop: Some(stop),
             thread: Some(thread),
+            spans,
         })
     }
 
@@ -121,7 +135,11 @@ impl Drop for PrometheusEndpoint {
 }
 
 /// Accepts connections until the listener fails, each served by a task of its own.
-async fn serve(listener: TcpListener, registry: Arc<prometheus::Registry>) {
+async fn serve(
+    listener: TcpListener,
+    registry: Arc<prometheus::Registry>,
+    spans: Arc<OnceLock<Backlog>>,
+) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
     };
@@ -139,10 +157,17 @@ async fn serve(listener: TcpListener, registry: Arc<prometheus::Registry>) {
             continue; // over the limit: the stream drops, closing the connection
         };
         let registry = Arc::clone(&registry);
+        let spans = Arc::clone(&spans);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
-                let response = answer(&request, &registry);
-                async move { Ok::<_, Infallible>(response) }
+                let registry = Arc::clone(&registry);
+                let spans = Arc::clone(&spans);
+                async move {
+                    if let Some(backlog) = spans.get() {
+                        backlog.settled(Instant::now() + SPANS_SETTLE).await;
+                    }
+                    Ok::<_, Infallible>(answer(&request, &registry))
+                }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -253,6 +253,17 @@ impl Backlog {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+
+    /// [`Backlog::settle`] for async code (the Prometheus endpoint's runtime).
+    #[cfg(feature = "prometheus")]
+    pub(crate) async fn settled(&self, by: Instant) {
+        if let Some(worker) = &self.worker {
+            worker.unpark();
+        }
+        while self.queued.load(Ordering::Relaxed) > 0 && Instant::now() < by {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
 }
 
 /// An export in progress: its spans stay here (the exporter has copies) until the

@@ -377,6 +377,10 @@ impl Inner {
             span_backlog,
             ..
         } = pipes;
+        #[cfg(feature = "prometheus")]
+        if let Some(endpoint) = &prometheus {
+            endpoint.settle_spans_before_scrapes(span_backlog.clone());
+        }
         let state = Arc::new(LayerState {
             shared: Arc::clone(sampler.shared()),
         });
