@@ -66,7 +66,9 @@ pub(crate) enum Sink<E> {
     Local(E),
 }
 
-#[allow(clippy::large_enum_variant)]
+/// What the export thread is sent. Spans travel by value: a box would be allocated on the
+/// training thread and freed on the export thread, the allocator's slowest path.
+#[allow(clippy::large_enum_variant, reason = "by value on purpose, see above")]
 enum Message {
     Span(SpanData, Option<SpanFigures>),
     Resource(Resource),
