@@ -381,7 +381,7 @@ impl SpanFigures {
     /// as reading the span again after [`SpanFigures::attributes`] would (a test checks
     /// both ways agree): the export thread then never parses its own keys back.
     pub(crate) fn complete_record(&self, shared: &Shared, record: &mut crate::runlog::SpanRecord) {
-        use crate::runlog::{DeviceFigures, Memory};
+        use crate::runlog::Memory;
         let memory = |t: Option<Triple>| {
             t.map(|t| Memory {
                 start: int(t.start),
@@ -399,27 +399,22 @@ impl SpanFigures {
         if record.source.is_none() {
             record.source = Some(shared.source_name().to_owned());
         }
+        // Per-device figures: the last key counts, as when reading them back.
         for (device, figures) in shared.devices().iter().zip(&self.devices) {
-            if figures.start.is_none() && figures.end.is_none() && figures.peak.is_none() {
-                continue;
-            }
-            let position = match record.devices.iter().position(|d| d.index == device.index) {
-                Some(position) => position,
-                None => {
-                    record.devices.push(DeviceFigures {
-                        index: device.index,
-                        start: None,
-                        peak: None,
-                        end: None,
-                    });
-                    record.devices.len() - 1
+            for (figure, value) in [
+                ("start", figures.start),
+                ("end", figures.end),
+                ("peak", figures.peak),
+            ] {
+                if let Some(value) = value {
+                    crate::runlog::device_figure(
+                        &mut record.devices,
+                        device.index,
+                        figure,
+                        int(value),
+                    );
                 }
-            };
-            // Per-device figures: the last key counts (as when reading them back).
-            let entry = &mut record.devices[position];
-            entry.start = figures.start.map(int).or(entry.start);
-            entry.end = figures.end.map(int).or(entry.end);
-            entry.peak = figures.peak.map(int).or(entry.peak);
+            }
         }
         record.devices.sort_by_key(|d| d.index);
     }

@@ -767,6 +767,8 @@ mod tests {
             let produced = flood(&processor, Duration::from_millis(300));
             // Read before shutdown, whose own losses have their own reason.
             let reason = health.last_error().unwrap_or_default();
+            // What a span given up now would be counted as.
+            let overflow = health.overflow_reason();
             let _ = processor.shutdown_with_timeout(Duration::from_millis(200));
             let counts = health.counts();
             assert!(
@@ -778,10 +780,15 @@ mod tests {
             assert_eq!(got.load(Ordering::Relaxed), counts.delivered);
             if refuse {
                 assert!(
+                    overflow.contains("unreachable"),
+                    "a refusing destination: {overflow:?}"
+                );
+                assert!(
                     reason.contains("unreachable") || reason.contains("connection refused"),
                     "a refusing destination: {reason:?}"
                 );
             } else {
+                assert!(overflow.contains("came faster"), "{overflow:?}");
                 assert!(
                     reason.contains("came faster than the destination took them"),
                     "a slow destination is not an unreachable one: {reason:?}"

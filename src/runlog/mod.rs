@@ -5,7 +5,7 @@ mod record;
 mod summary;
 
 pub use crate::config::default_run_root;
-pub(crate) use record::unix_nanos;
+pub(crate) use record::{device_figure, unix_nanos};
 pub use record::{DeviceFigures, Role, SpanRecord};
 pub(crate) use summary::bytes as format_bytes;
 pub(crate) use summary::SummaryTap;

@@ -256,7 +256,12 @@ fn device_key(key: &str) -> Option<(u32, &str)> {
 }
 
 /// Sets one figure of device `index` (the last of several wins, as it always did).
-fn device_figure(devices: &mut Vec<DeviceFigures>, index: u32, figure: &str, value: i64) {
+pub(crate) fn device_figure(
+    devices: &mut Vec<DeviceFigures>,
+    index: u32,
+    figure: &str,
+    value: i64,
+) {
     let position = match devices.iter().position(|d| d.index == index) {
         Some(position) => position,
         None => {
