@@ -9,9 +9,13 @@
 //!   after `gpuspan::init()`.
 //! - `sigaction-after`: a `sigaction` handler installed after `gpuspan::init()` that keeps
 //!   the previous handler and calls it, as well-behaved frameworks do.
+//! - `exit-in-handler`: a `sigaction` handler installed before `gpuspan::init()` that calls
+//!   `exit(3)` inside the handler, as some C libraries do.
 //!
 //! With a handler, the program writes the checkpoint file and exits at once with status 3,
 //! without shutting gpuspan down: the signal's flush has the spans exported by then.
+//! `--return-from-main` makes it return from `main` with status 3 instead, so gpuspan shuts
+//! down (on drop) while the signal's flush may still run.
 //! `--fork-worker` forks a worker process that only waits, as data loaders fork theirs.
 //!
 //! ```text
@@ -27,7 +31,8 @@ use std::time::Duration;
 const CHECKPOINTED: i32 = 3;
 
 const USAGE: &str = "usage: checkpoint_on_sigterm --checkpoint PATH [--handler none|\
-sigaction-before|sigaction-after|signal-hook-before|signal-hook-after] [--fork-worker]";
+sigaction-before|sigaction-after|signal-hook-before|signal-hook-after|exit-in-handler] \
+[--return-from-main] [--fork-worker]";
 
 /// Set by the program's own `sigaction` handler.
 static TERMINATE: AtomicBool = AtomicBool::new(false);
@@ -39,11 +44,13 @@ enum Handler {
     SigactionAfter,
     SignalHookBefore,
     SignalHookAfter,
+    ExitInHandler,
 }
 
 struct Args {
     checkpoint: String,
     handler: Handler,
+    return_from_main: bool,
     fork_worker: bool,
 }
 
@@ -51,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
     let mut checkpoint = None;
     let mut handler = Handler::None;
     let mut fork_worker = false;
+    let mut return_from_main = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -62,10 +70,12 @@ fn parse_args() -> Result<Args, String> {
                     Some("sigaction-after") => Handler::SigactionAfter,
                     Some("signal-hook-before") => Handler::SignalHookBefore,
                     Some("signal-hook-after") => Handler::SignalHookAfter,
+                    Some("exit-in-handler") => Handler::ExitInHandler,
                     other => return Err(format!("--handler {other:?}: unknown\n{USAGE}")),
                 }
             }
             "--fork-worker" => fork_worker = true,
+            "--return-from-main" => return_from_main = true,
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
     }
@@ -73,6 +83,7 @@ fn parse_args() -> Result<Args, String> {
     Ok(Args {
         checkpoint,
         handler,
+        return_from_main,
         fork_worker,
     })
 }
@@ -80,6 +91,12 @@ fn parse_args() -> Result<Args, String> {
 /// The handler a C library or framework would install: it only sets a flag.
 extern "C" fn on_sigterm(_: libc::c_int) {
     TERMINATE.store(true, Ordering::SeqCst);
+}
+
+/// The handler some C libraries install: it ends the process from inside the handler.
+extern "C" fn exit_on_sigterm(_: libc::c_int) {
+    // SAFETY: exit is what such a library calls; it runs the exit hooks on this thread.
+    unsafe { libc::exit(CHECKPOINTED) };
 }
 
 /// The handler that was there before `install_sigaction` (for the chaining variant).
@@ -118,18 +135,20 @@ extern "C" fn on_sigterm_chained(
     }
 }
 
-fn install_sigaction(chain: bool) -> std::io::Result<()> {
+fn install_sigaction(handler: Handler) -> std::io::Result<()> {
     // SAFETY: zeroed sigactions are valid; the handlers only touch atomics and call the
     // previous handler.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         libc::sigemptyset(&mut action.sa_mask);
         action.sa_flags = libc::SA_RESTART;
-        if chain {
-            action.sa_sigaction = on_sigterm_chained as *const () as usize;
-            action.sa_flags |= libc::SA_SIGINFO;
-        } else {
-            action.sa_sigaction = on_sigterm as *const () as usize;
+        match handler {
+            Handler::SigactionAfter => {
+                action.sa_sigaction = on_sigterm_chained as *const () as usize;
+                action.sa_flags |= libc::SA_SIGINFO;
+            }
+            Handler::ExitInHandler => action.sa_sigaction = exit_on_sigterm as *const () as usize,
+            _ => action.sa_sigaction = on_sigterm as *const () as usize,
         }
         let mut previous: libc::sigaction = std::mem::zeroed();
         if libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut previous) != 0 {
@@ -145,8 +164,8 @@ fn install_sigaction(chain: bool) -> std::io::Result<()> {
 
 fn install(handler: Handler, before_init: bool, flag: &Arc<AtomicBool>) -> std::io::Result<()> {
     match (handler, before_init) {
-        (Handler::SigactionBefore, true) => install_sigaction(false),
-        (Handler::SigactionAfter, false) => install_sigaction(true),
+        (Handler::SigactionBefore | Handler::ExitInHandler, true) => install_sigaction(handler),
+        (Handler::SigactionAfter, false) => install_sigaction(handler),
         (Handler::SignalHookBefore, true) | (Handler::SignalHookAfter, false) => {
             signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(flag))?;
             Ok(())
@@ -226,6 +245,10 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
                 println!("checkpoint saved");
+                if args.return_from_main {
+                    // The open spans end, then gpuspan shuts down as `telemetry` drops.
+                    return ExitCode::from(CHECKPOINTED as u8);
+                }
                 std::process::exit(CHECKPOINTED);
             }
         }

@@ -9,9 +9,16 @@
 //! (summary, durations, diagnosis, pictures), and keeps the spans that wait for the
 //! destination in one bounded buffer. A failed export keeps its spans and is retried with
 //! exponential backoff, as the OpenTelemetry Collector's queued retry does, while new spans
-//! keep arriving; past the buffer's size the oldest waiting spans are given up and counted.
-//! Every span ends up delivered or counted lost, so `delivered + lost == produced` at
-//! shutdown.
+//! keep arriving. The queue's size bounds the spans that wait, in the channel and in the
+//! buffer together; near it the oldest waiting spans are given up to make room, and a span
+//! that ends while the queue is full (the export thread has not made room yet) is refused.
+//! The one export in progress holds at most [`most_in_flight`] spans more (and the
+//! exporter's copy of them). Every span is counted either way, so `delivered + lost ==
+//! produced` at shutdown.
+//!
+//! Flushes and shutdowns may arrive while another is running (a signal's flush, then the
+//! program's own shutdown on its way out): each waits for the same drain and is answered
+//! when the buffer is empty or its own deadline has passed; a shutdown is answered last.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -35,7 +42,7 @@ use crate::span::SpanFigures;
 /// Queue sizes and timings.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QueueConfig {
-    /// Spans that may wait for the destination (in the channel and in the buffer).
+    /// Spans that may wait for the destination, in the channel and in the buffer together.
     pub(crate) capacity: usize,
     /// Spans per export request.
     pub(crate) batch: usize,
@@ -85,8 +92,14 @@ pub(crate) struct QueueProcessor {
     /// partial batch, so most spans cost the training thread no system call.
     worker: std::thread::Thread,
     wake_every: usize,
+    /// Spans in the channel, not yet through the taps.
     queued: Arc<AtomicUsize>,
+    /// Spans waiting (in the channel and the buffer); never above `capacity`.
+    held: Arc<AtomicUsize>,
     capacity: usize,
+    /// Above `capacity - room`, the export thread gives up the oldest waiting spans, so a
+    /// span that ends finds room rather than being refused.
+    room: usize,
     health: Arc<ExportHealth>,
     thread: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
@@ -105,11 +118,17 @@ impl QueueProcessor {
     ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
+        let held = Arc::new(AtomicUsize::new(0));
         let returns = Arc::new(Returns::default());
+        // Woken before the channel can fill, with a queue smaller than a batch too.
+        let wake_every = config.batch.min(config.capacity / 2).max(1);
+        let room = (config.capacity / 8).min(wake_every);
         let mut worker = Worker {
             sink,
             config,
             queued: Arc::clone(&queued),
+            held: Arc::clone(&held),
+            room,
             health: Arc::clone(&health),
             waiting: VecDeque::new(),
             in_flight: None,
@@ -132,10 +151,11 @@ impl QueueProcessor {
             sender,
             returns,
             worker: thread.thread().clone(),
-            // Woken before the channel can fill, with a queue smaller than a batch too.
-            wake_every: config.batch.min(config.capacity / 2).max(1),
+            wake_every,
             queued,
+            held,
             capacity: config.capacity,
+            room,
             health,
             thread: Mutex::new(Some(thread)),
             closed: AtomicBool::new(false),
@@ -188,18 +208,22 @@ impl SpanProcessor for QueueProcessor {
             self.health.lost(1, "the span ended after shutdown");
             return;
         }
-        let queued = self.queued.fetch_add(1, Ordering::Relaxed);
-        if queued >= self.capacity {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
+        let held = self.held.fetch_add(1, Ordering::Relaxed);
+        if held >= self.capacity {
+            self.held.fetch_sub(1, Ordering::Relaxed);
             self.health.lost(1, self.health.overflow_reason());
+            // So it gives up the oldest and makes room for the next span.
+            self.worker.unpark();
             return;
         }
+        let queued = self.queued.fetch_add(1, Ordering::Relaxed);
         if self.sender.send(Message::Span(span, figures)).is_err() {
             self.queued.fetch_sub(1, Ordering::Relaxed);
+            self.held.fetch_sub(1, Ordering::Relaxed);
             self.health.lost(1, "the export thread has stopped");
             return;
         }
-        if (queued + 1) % self.wake_every == 0 {
+        if (queued + 1) % self.wake_every == 0 || held + 1 >= self.capacity - self.room {
             self.worker.unpark();
         }
     }
@@ -282,11 +306,29 @@ struct Drain {
     shutdown: bool,
 }
 
+impl Drain {
+    fn new(reply: mpsc::SyncSender<OTelSdkResult>, timeout: Duration, shutdown: bool) -> Self {
+        let now = Instant::now();
+        Self {
+            reply,
+            deadline: now
+                .checked_add(timeout)
+                .unwrap_or(now + Duration::from_secs(86_400)),
+            shutdown,
+        }
+    }
+}
+
 /// The export thread's state.
 struct Worker<E> {
     sink: Sink<E>,
     config: QueueConfig,
     queued: Arc<AtomicUsize>,
+    /// Spans waiting; the export thread lowers it as spans leave for the destination or are
+    /// given up.
+    held: Arc<AtomicUsize>,
+    /// See [`QueueProcessor`]'s field of that name.
+    room: usize,
     health: Arc<ExportHealth>,
     /// Spans received and not yet sent, oldest first.
     waiting: VecDeque<SpanData>,
@@ -311,12 +353,13 @@ const POLL: Duration = Duration::from_millis(2);
 impl<E: SpanExporter + 'static> Worker<E> {
     fn run(&mut self, receiver: &mpsc::Receiver<Message>) {
         let mut deadline = Instant::now() + self.config.delay;
-        let mut drain: Option<Drain> = None;
+        // Flushes and shutdowns not yet answered, in the order they came.
+        let mut drains: Vec<Drain> = Vec::new();
         // The channel may hold more than was taken last time.
         let mut more = true;
         loop {
             let now = Instant::now();
-            let wait = if self.in_flight.is_some() || drain.is_some() {
+            let wait = if self.in_flight.is_some() || !drains.is_empty() {
                 POLL
             } else {
                 let until = match self.retry_at {
@@ -335,19 +378,16 @@ impl<E: SpanExporter + 'static> Worker<E> {
             for taken in 1..=self.config.batch {
                 match receiver.try_recv() {
                     Ok(message) => {
-                        self.handle(message, &mut drain);
+                        self.handle(message, &mut drains);
                         more = taken == self.config.batch;
                     }
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
-                        if drain.is_none() {
+                        if !drains.iter().any(|d| d.shutdown) {
                             // The processor was dropped without a shutdown: deliver what
                             // can be delivered in a short while, then stop.
-                            drain = Some(Drain {
-                                reply: mpsc::sync_channel(1).0,
-                                deadline: Instant::now() + Duration::from_secs(1),
-                                shutdown: true,
-                            });
+                            let reply = mpsc::sync_channel(1).0;
+                            drains.push(Drain::new(reply, Duration::from_secs(1), true));
                         }
                         break;
                     }
@@ -355,7 +395,7 @@ impl<E: SpanExporter + 'static> Worker<E> {
             }
             self.poll_in_flight();
             let now = Instant::now();
-            let due = now >= deadline || drain.is_some();
+            let due = now >= deadline || !drains.is_empty();
             if self.waiting.len() >= self.config.batch || (due && !self.waiting.is_empty()) {
                 self.try_export(now);
             }
@@ -363,26 +403,21 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 deadline = now + self.config.delay;
             }
             self.health.warn_once();
-            if let Some(current) = drain.take() {
-                if current.deadline <= now || (self.waiting.is_empty() && self.in_flight.is_none())
-                {
-                    if self.finish(current) {
-                        // Spans that ended while shutting down: counted, not dropped silently.
-                        let late = receiver
-                            .try_iter()
-                            .filter(|m| matches!(m, Message::Span(..)))
-                            .count() as u64;
-                        self.health.lost(late, "the span ended during shutdown");
-                        return;
-                    }
-                } else {
-                    drain = Some(current);
-                }
+            if !drains.is_empty() && self.answer_due(&mut drains, now) {
+                // Spans that ended while shutting down: counted, not dropped silently.
+                let late = receiver
+                    .try_iter()
+                    .filter(|m| matches!(m, Message::Span(..)))
+                    .count();
+                self.held.fetch_sub(late, Ordering::Relaxed);
+                self.health
+                    .lost(late as u64, "the span ended during shutdown");
+                return;
             }
         }
     }
 
-    fn handle(&mut self, message: Message, drain: &mut Option<Drain>) {
+    fn handle(&mut self, message: Message, drains: &mut Vec<Drain>) {
         match message {
             Message::Span(span, figures) => {
                 self.accept(span, figures);
@@ -397,30 +432,66 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 }
                 Sink::Local(exporter) => exporter.set_resource(&resource),
             },
-            Message::Flush(reply, timeout) | Message::Shutdown(reply, timeout)
-                if drain.is_some() =>
-            {
-                let _ = (reply, timeout);
-                // One drain at a time: the later request waits for the same outcome.
-            }
             Message::Flush(reply, timeout) => {
-                *drain = Some(Drain {
-                    reply,
-                    deadline: Instant::now() + timeout,
-                    shutdown: false,
-                });
+                drains.push(Drain::new(reply, timeout, false));
                 // A flush does not wait for a backoff to end.
                 self.retry_at = None;
             }
             Message::Shutdown(reply, timeout) => {
-                *drain = Some(Drain {
-                    reply,
-                    deadline: Instant::now() + timeout,
-                    shutdown: true,
-                });
+                drains.push(Drain::new(reply, timeout, true));
                 self.retry_at = None;
             }
         }
+    }
+
+    /// Answers every request that is due: all of them once nothing waits, else those past
+    /// their own deadline. Flushes are answered before a shutdown, which also answers any
+    /// flush still waiting; returns `true` when the thread should stop.
+    fn answer_due(&mut self, drains: &mut Vec<Drain>, now: Instant) -> bool {
+        let empty = self.waiting.is_empty() && self.in_flight.is_none();
+        let mut shutdown = None;
+        let mut index = 0;
+        while index < drains.len() {
+            if !empty && drains[index].deadline > now {
+                index += 1;
+                continue;
+            }
+            let drain = drains.remove(index);
+            if !drain.shutdown {
+                self.answer_flush(drain);
+            } else if shutdown.is_none() {
+                shutdown = Some(drain);
+            } else {
+                let _ = drain.reply.send(Err(OTelSdkError::AlreadyShutdown));
+            }
+        }
+        let Some(shutdown) = shutdown else {
+            return false;
+        };
+        for flush in drains.drain(..) {
+            self.answer_flush(flush);
+        }
+        self.finish_shutdown(shutdown);
+        true
+    }
+
+    /// Answers a flush: done when nothing is left to send.
+    fn answer_flush(&mut self, drain: Drain) {
+        self.flush_taps();
+        let result = if self.left() == 0 {
+            match &self.sink {
+                Sink::Local(exporter) => exporter.force_flush(),
+                Sink::Remote(..) => Ok(()),
+            }
+        } else {
+            Err(OTelSdkError::Timeout(Duration::ZERO))
+        };
+        let _ = drain.reply.send(result);
+    }
+
+    /// Spans not yet delivered: waiting, and in the export in progress.
+    fn left(&self) -> usize {
+        self.waiting.len() + self.in_flight.as_ref().map_or(0, |f| f.spans.len())
     }
 
     /// Adds the span's memory attributes, shows it to every tap, and buffers it.
@@ -471,14 +542,18 @@ impl<E: SpanExporter + 'static> Worker<E> {
         self.give_up_overflow();
     }
 
-    /// Past the buffer's size, gives up the oldest waiting spans (those of an export in
-    /// progress are not waiting: they may still be delivered).
+    /// Near the queue's size, gives up the oldest waiting spans so that a span that ends
+    /// finds room (those of an export in progress are not waiting: they may still be
+    /// delivered).
     fn give_up_overflow(&mut self) {
-        let over = self.waiting.len().saturating_sub(self.config.capacity);
+        let limit = self.config.capacity - self.room;
+        let held = self.held.load(Ordering::Relaxed);
+        let over = held.saturating_sub(limit).min(self.waiting.len());
         if over == 0 {
             return;
         }
         self.waiting.drain(..over);
+        self.held.fetch_sub(over, Ordering::Relaxed);
         self.health.lost(over as u64, self.health.overflow_reason());
     }
 
@@ -487,10 +562,8 @@ impl<E: SpanExporter + 'static> Worker<E> {
         if self.in_flight.is_some() || self.retry_at.is_some_and(|at| now < at) {
             return;
         }
-        // A backlog goes out in larger requests (up to four batches, about 2 MiB of OTLP),
-        // so a collector's round trip does not cap the rate.
         let most = match self.sink {
-            Sink::Remote(..) => self.config.batch * 4,
+            Sink::Remote(..) => most_in_flight(&self.config),
             Sink::Local(_) => self.config.batch,
         };
         let count = self.waiting.len().min(most);
@@ -500,6 +573,8 @@ impl<E: SpanExporter + 'static> Worker<E> {
         match &self.sink {
             Sink::Remote(exporter, runtime) => {
                 let spans: Arc<Vec<SpanData>> = Arc::new(self.waiting.drain(..count).collect());
+                // No longer waiting: counted again if they come back after a failure.
+                self.held.fetch_sub(count, Ordering::Relaxed);
                 let shared = Arc::clone(&spans);
                 let exporter = Arc::clone(exporter);
                 let result = runtime.spawn(async move {
@@ -515,6 +590,7 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 let batch: Vec<SpanData> = self.waiting.drain(..count).collect();
                 let result = super::block_on(None, exporter.export(batch));
                 // A local write that fails (disk full) is not retried: the spans are lost.
+                self.held.fetch_sub(count, Ordering::Relaxed);
                 match result {
                     Ok(()) => self.health.delivered(count as u64),
                     Err(error) => self.health.lost(count as u64, &error.to_string()),
@@ -551,6 +627,7 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 self.backoff = (self.backoff * 2).min(self.config.max_backoff);
                 // Back in front, in order: they are still the oldest.
                 let spans = Arc::try_unwrap(spans).unwrap_or_else(|shared| shared.to_vec());
+                self.held.fetch_add(spans.len(), Ordering::Relaxed);
                 for span in spans.into_iter().rev() {
                     self.waiting.push_front(span);
                 }
@@ -559,30 +636,16 @@ impl<E: SpanExporter + 'static> Worker<E> {
         }
     }
 
-    /// Answers a flush or shutdown; `true` when the thread should stop.
-    fn finish(&mut self, drain: Drain) -> bool {
-        for tap in &mut self.taps {
-            tap.flush();
-        }
-        let sending = self.in_flight.as_ref().map_or(0, |f| f.spans.len());
-        let left = (self.waiting.len() + sending) as u64;
-        if !drain.shutdown {
-            let result = if left == 0 {
-                match &self.sink {
-                    Sink::Local(exporter) => exporter.force_flush(),
-                    Sink::Remote(..) => Ok(()),
-                }
-            } else {
-                Err(OTelSdkError::Timeout(Duration::ZERO))
-            };
-            let _ = drain.reply.send(result);
-            return false;
-        }
+    /// Answers the shutdown: what is left is counted lost and the exporter shut down.
+    fn finish_shutdown(&mut self, drain: Drain) {
+        self.flush_taps();
+        let left = self.left();
         if let Some(in_flight) = self.in_flight.take() {
             in_flight.result.abort();
         }
+        self.held.fetch_sub(self.waiting.len(), Ordering::Relaxed);
         self.health.lost(
-            left,
+            left as u64,
             "the destination did not accept them before the shutdown timeout",
         );
         self.waiting.clear();
@@ -594,8 +657,20 @@ impl<E: SpanExporter + 'static> Worker<E> {
             },
         };
         let _ = drain.reply.send(result);
-        true
     }
+
+    fn flush_taps(&mut self) {
+        for tap in &mut self.taps {
+            tap.flush();
+        }
+    }
+}
+
+/// The most spans one export request takes: a backlog goes out in larger requests (up to
+/// four batches, about 2 MiB of OTLP), so a collector's round trip does not cap the rate;
+/// and at most half the queue, so a small queue keeps room for the newest spans.
+pub(crate) fn most_in_flight(config: &QueueConfig) -> usize {
+    (config.batch * 4).min(config.capacity / 2).max(1)
 }
 
 /// The output of a finished task.
@@ -796,5 +871,173 @@ mod tests {
                 assert!(counts.delivered > 0);
             }
         }
+    }
+
+    fn remote(
+        pause: Duration,
+        refuse: bool,
+        capacity: usize,
+        taps: Vec<Box<dyn SpanTap>>,
+    ) -> (
+        tokio::runtime::Runtime,
+        QueueProcessor,
+        Arc<ExportHealth>,
+        Arc<AtomicU64>,
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let got = Arc::new(AtomicU64::new(0));
+        let destination = Arc::new(Destination {
+            pause,
+            refuse,
+            got: Arc::clone(&got),
+        });
+        let health = Arc::new(ExportHealth::new("test".into(), "span"));
+        let processor = QueueProcessor::start(
+            Sink::Remote(destination, runtime.handle().clone()),
+            config(capacity),
+            Arc::clone(&health),
+            taps,
+            Duration::from_secs(30),
+            no_devices(),
+        )
+        .expect("the export thread starts");
+        (runtime, processor, health, got)
+    }
+
+    #[test]
+    fn a_shutdown_that_arrives_during_a_flush_waits_for_it_and_loses_nothing() {
+        // 1,000 spans in requests of 256 that take 150 ms each: the flush takes about 600 ms.
+        let (_runtime, processor, health, got) =
+            remote(Duration::from_millis(150), false, 10_000, Vec::new());
+        for i in 0..1_000 {
+            processor.on_end(span(i));
+        }
+        std::thread::scope(|scope| {
+            let flush = scope.spawn(|| processor.force_flush());
+            std::thread::sleep(Duration::from_millis(100));
+            let started = Instant::now();
+            let shutdown = processor.shutdown_with_timeout(Duration::from_secs(30));
+            assert!(
+                shutdown.is_ok(),
+                "the shutdown waits for the flush's drain: {shutdown:?}"
+            );
+            assert!(
+                started.elapsed() >= Duration::from_millis(200),
+                "the shutdown was answered before the spans were delivered"
+            );
+            let flush = flush.join().expect("the flush thread");
+            assert!(flush.is_ok(), "{flush:?}");
+        });
+        let counts = health.counts();
+        assert_eq!(counts.produced, 1_000);
+        assert_eq!(counts.delivered, 1_000, "{counts:?}");
+        assert_eq!(counts.lost, 0);
+        assert_eq!(got.load(Ordering::Relaxed), 1_000);
+    }
+
+    #[test]
+    fn two_flushes_at_once_both_wait_for_every_span() {
+        let (_runtime, processor, health, got) =
+            remote(Duration::from_millis(100), false, 10_000, Vec::new());
+        for i in 0..1_000 {
+            processor.on_end(span(i));
+        }
+        std::thread::scope(|scope| {
+            let first = scope.spawn(|| processor.force_flush());
+            std::thread::sleep(Duration::from_millis(50));
+            let second = processor.force_flush();
+            assert!(second.is_ok(), "{second:?}");
+            assert_eq!(
+                got.load(Ordering::Relaxed),
+                1_000,
+                "the second flush returned before the spans were delivered"
+            );
+            let first = first.join().expect("the flush thread");
+            assert!(first.is_ok(), "{first:?}");
+        });
+        processor
+            .shutdown_with_timeout(Duration::from_secs(5))
+            .expect("shutdown");
+        assert_eq!(health.counts().delivered, 1_000);
+    }
+
+    #[test]
+    fn a_shutdown_with_a_shorter_timeout_than_a_running_flush_keeps_its_own_bound() {
+        // Refused for ever: neither request can be satisfied; each ends at its own deadline.
+        let (_runtime, processor, health, _got) =
+            remote(Duration::from_millis(5), true, 10_000, Vec::new());
+        for i in 0..100 {
+            processor.on_end(span(i));
+        }
+        std::thread::scope(|scope| {
+            let flush = scope.spawn(|| processor.force_flush());
+            std::thread::sleep(Duration::from_millis(50));
+            let started = Instant::now();
+            let _ = processor.shutdown_with_timeout(Duration::from_millis(300));
+            let took = started.elapsed();
+            assert!(
+                took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+                "the shutdown took {took:?} for a 300 ms bound"
+            );
+            // The flush is answered when the shutdown ends, not after its own 30 s.
+            assert!(flush.join().expect("the flush thread").is_err());
+        });
+        let counts = health.counts();
+        assert_eq!(counts.produced, 100);
+        assert_eq!(counts.delivered + counts.lost, 100, "{counts:?}");
+        assert_eq!(counts.lost, 100);
+    }
+
+    #[test]
+    fn the_queue_size_bounds_every_span_held_in_all() {
+        // Every span carries one reference to `marker`, so the spans alive anywhere (the
+        // channel, the buffer, an export in progress and its copy) are counted exactly.
+        let marker: Arc<str> = Arc::from("marker");
+        let capacity = 1_000;
+        let batch = config(capacity).batch;
+        let (_runtime, processor, health, _got) = remote(
+            Duration::from_millis(20),
+            true,
+            capacity,
+            vec![Box::new(SlowTap)],
+        );
+        let mut most = 0;
+        let mut produced = 0;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(400) {
+            let mut data = span(produced);
+            data.attributes.push(opentelemetry::KeyValue::new(
+                "marker",
+                opentelemetry::StringValue::from(Arc::clone(&marker)),
+            ));
+            processor.on_end(data);
+            produced += 1;
+            most = most.max(Arc::strong_count(&marker) - 1);
+        }
+        // The spans waiting, plus the request in progress and the exporter's copy of it.
+        let bound = capacity + 2 * super::most_in_flight(&config(capacity));
+        assert_eq!(super::most_in_flight(&config(capacity)), 4 * batch);
+        assert!(
+            most <= bound,
+            "{most} spans were alive at once with a queue of {capacity} (bound {bound})"
+        );
+        assert!(
+            most >= capacity / 2,
+            "the queue never filled ({most}), so the bound was not tested"
+        );
+        let _ = processor.shutdown_with_timeout(Duration::from_millis(100));
+        // On a busy machine the answer may come before the export thread has counted the
+        // last spans (its taps are slow on purpose): wait for it, within a bound.
+        let waited = Instant::now();
+        while health.counts().pending() > 0 && waited.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let counts = health.counts();
+        assert_eq!(counts.produced, produced);
+        assert_eq!(counts.delivered + counts.lost, produced, "{counts:?}");
     }
 }

@@ -1,8 +1,8 @@
 //! The operating-system side: gpuspan's handler for SIGINT and SIGTERM, installed on top of
 //! whatever the program had, chaining to it.
 //!
-//! Everything the handler itself does is async-signal-safe: it calls the previous handler,
-//! writes one byte to a pipe (the flusher thread reads it), queries or sets a disposition
+//! Everything the handler itself does is async-signal-safe: it writes one byte to a pipe
+//! (the flusher thread reads it), calls the previous handler, queries or sets a disposition
 //! with `sigaction` and re-raises with `raise`. It allocates nothing and takes no lock.
 
 use std::io;
@@ -169,27 +169,28 @@ fn handler_address() -> libc::sighandler_t {
     handler as extern "C" fn(c_int, *mut siginfo_t, *mut c_void) as libc::sighandler_t
 }
 
-/// The handler. Chains to the previous handler first, as signal-hook does, then wakes the
-/// flusher.
+/// The handler. Asks for the flush first (an atomic add and a write), then chains to the
+/// previous handler, as signal-hook does: a program's handler that ends the process inside
+/// the handler (`exit`, as some C libraries do) then finds the flush already asked for,
+/// and the exit hook waits for it.
 extern "C" fn handler(signal: c_int, info: *mut siginfo_t, context: *mut c_void) {
     let saved = errno::errno();
     if let Some(previous) = slot(signal).and_then(OnceLock::get) {
+        // SAFETY: getpid is async-signal-safe.
+        let forked = unsafe { libc::getpid() } != OWNER.load(Ordering::SeqCst);
+        let flushing = FLUSHING.load(Ordering::SeqCst);
+        if !forked && !flushing {
+            wake(signal);
+        }
         if previous.is_handler() {
             // SAFETY: the address was a handler installed with these flags; it is called
             // the way the kernel would have called it.
             unsafe { call(previous, signal, info, context) };
-        }
-        // SAFETY: getpid is async-signal-safe.
-        let forked = unsafe { libc::getpid() } != OWNER.load(Ordering::SeqCst);
-        if forked || FLUSHING.load(Ordering::SeqCst) {
+        } else if forked || flushing {
             // A forked child has no flusher, and a second signal during the flush should
             // not wait for it: act as if gpuspan were not there. The raised signal stays
             // blocked until this handler returns, then takes its default course.
-            if !previous.is_handler() {
-                raise_default(signal);
-            }
-        } else {
-            wake(signal);
+            raise_default(signal);
         }
     }
     errno::set_errno(saved);

@@ -8,9 +8,10 @@
 //!   follows: the process ends, killed by that signal (exit status 128 + signal in a shell).
 //!   A second signal during the flush ends the process at once.
 //! - **A handler installed before gpuspan's** (with `sigaction`, `signal`, signal-hook,
-//!   Python's `signal.signal`, a framework): gpuspan's handler calls it first, with the
-//!   signature and mask it was installed with, and the process goes on; the program's
-//!   handler decides. The flush runs alongside.
+//!   Python's `signal.signal`, a framework): gpuspan's handler asks for the flush, then
+//!   calls it, with the signature and mask it was installed with, and the process goes on;
+//!   the program's handler decides. The flush runs alongside; if that handler exits inside
+//!   the handler, the exit waits for the flush it already asked for.
 //! - **A handler installed after, with signal-hook** (or anything else that keeps and calls
 //!   the previous handler, as signal-hook-registry does): that handler runs and decides;
 //!   gpuspan's runs too, sees it is no longer the installed handler, and only flushes.
@@ -27,8 +28,8 @@
 //! A child made by `fork` (without `exec`) inherits the handler but not the flusher thread;
 //! there the handler only passes the signal on as if gpuspan were not installed.
 //!
-//! The handler does only async-signal-safe things: it calls the previous handler, writes a
-//! byte to a pipe that wakes the flusher, and re-raises with `sigaction` and `raise`.
+//! The handler does only async-signal-safe things: it writes a byte to a pipe that wakes the
+//! flusher, calls the previous handler, and re-raises with `sigaction` and `raise`.
 
 mod bounded;
 mod disposition;
