@@ -83,7 +83,7 @@ pub use macros::__private;
 pub use config::{Compression, Exporter, Protocol, DEFAULT_SAMPLE_INTERVAL};
 pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
-pub use export::health::ExportCounts;
+pub use export::health::{ExportCounts, ExportTally};
 pub use sampler::SamplerStats;
 pub use source::allocator::record_allocator;
 pub use source::{Device, DeviceReading, DeviceScope, MemorySource};

@@ -6,7 +6,7 @@
 //! threads, through [`ExportHealth::warn_once`], so the training thread never writes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Counts of one signal's exporter.
 #[derive(Debug)]
@@ -39,6 +39,44 @@ impl ExportCounts {
     /// Items still waiting to be delivered.
     pub fn pending(&self) -> u64 {
         self.produced.saturating_sub(self.delivered + self.lost)
+    }
+}
+
+/// The export counts of one [`Telemetry`](crate::Telemetry), summed over its exporters: a
+/// handle that stays readable after [`Telemetry::shutdown`](crate::Telemetry::shutdown),
+/// when the counts are final (nothing pending).
+#[derive(Debug, Clone, Default)]
+pub struct ExportTally {
+    health: Arc<[Arc<ExportHealth>]>,
+}
+
+impl ExportTally {
+    pub(crate) fn new(health: &[Arc<ExportHealth>]) -> Self {
+        Self {
+            health: health.into(),
+        }
+    }
+
+    /// Spans produced, delivered and lost.
+    pub fn spans(&self) -> ExportCounts {
+        self.of("span")
+    }
+
+    /// Metric data points produced, delivered and lost.
+    pub fn points(&self) -> ExportCounts {
+        self.of("metric point")
+    }
+
+    fn of(&self, item: &str) -> ExportCounts {
+        self.health
+            .iter()
+            .filter(|h| h.item() == item)
+            .map(|h| h.counts())
+            .fold(ExportCounts::default(), |a, b| ExportCounts {
+                produced: a.produced + b.produced,
+                delivered: a.delivered + b.delivered,
+                lost: a.lost + b.lost,
+            })
     }
 }
 

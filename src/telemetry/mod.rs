@@ -19,7 +19,7 @@ pub use builder::Builder;
 
 use crate::config::{Destination, Settings};
 use crate::error::{InitError, ShutdownError};
-use crate::export::health::{ExportCounts, ExportHealth};
+use crate::export::health::{ExportCounts, ExportHealth, ExportTally};
 use crate::export::queue::QueueConfig;
 use crate::export::tap::SpanTap;
 use crate::layer::{GpuspanLayer, LayerState};
@@ -216,18 +216,33 @@ impl Telemetry {
     }
 
     /// Spans produced, delivered and lost so far (`delivered + lost + pending ==
-    /// produced`). After [`Telemetry::shutdown`] nothing is pending.
+    /// produced`). To read the final counts after [`Telemetry::shutdown`], keep an
+    /// [`Telemetry::export_tally`] first.
     pub fn span_counts(&self) -> ExportCounts {
-        self.inner
-            .as_ref()
-            .map_or_else(ExportCounts::default, |i| i.counts("span"))
+        self.export_tally().spans()
     }
 
     /// Metric data points produced, delivered and lost so far.
     pub fn point_counts(&self) -> ExportCounts {
+        self.export_tally().points()
+    }
+
+    /// A handle on the export counts that stays readable after [`Telemetry::shutdown`]:
+    ///
+    /// ```no_run
+    /// let telemetry = gpuspan::init()?;
+    /// let tally = telemetry.export_tally();
+    /// // ... train ...
+    /// let result = telemetry.shutdown();
+    /// let spans = tally.spans();
+    /// assert_eq!(spans.delivered + spans.lost, spans.produced);
+    /// # result?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn export_tally(&self) -> ExportTally {
         self.inner
             .as_ref()
-            .map_or_else(ExportCounts::default, |i| i.counts("metric point"))
+            .map_or_else(ExportTally::default, |i| ExportTally::new(&i.health))
     }
 
     /// The event layer's filter `install()` uses (`RUST_LOG`, checked).

@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::Inner;
 use crate::config::Destination;
 use crate::error::ShutdownError;
-use crate::export::health::ExportCounts;
 
 impl Inner {
     /// The longest either signal may take to deliver what is left.
@@ -118,18 +117,5 @@ impl Inner {
             .filter(|h| h.item() == item)
             .map(|h| h.dropped())
             .sum()
-    }
-
-    /// Counts of one kind across exporters.
-    pub(super) fn counts(&self, item: &str) -> ExportCounts {
-        self.health
-            .iter()
-            .filter(|h| h.item() == item)
-            .map(|h| h.counts())
-            .fold(ExportCounts::default(), |a, b| ExportCounts {
-                produced: a.produced + b.produced,
-                delivered: a.delivered + b.delivered,
-                lost: a.lost + b.lost,
-            })
     }
 }
