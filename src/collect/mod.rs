@@ -6,6 +6,9 @@
 //! `gpu.process.memory.*` on each span by its own start and end time, and forwards spans
 //! and metrics to where the standard `OTEL_EXPORTER_OTLP_*` variables point, or to the run
 //! directory. [`run`] starts one on free local ports around a command.
+//!
+//! A [`Collector`] runs on its own runtime. It can be started, shut down and dropped from
+//! async code: what blocks then runs on a thread of its own.
 
 mod decode;
 mod enrich;
@@ -184,7 +187,7 @@ impl CollectorBuilder {
         self
     }
 
-    /// Starts sampling, listening and forwarding.
+    /// Starts sampling, listening and forwarding. Works from async code too.
     ///
     /// # Errors
     /// A setting that does not parse, an address in use, a forward target that cannot be
@@ -246,6 +249,10 @@ impl Collector {
     }
 
     fn start(options: CollectorBuilder) -> Result<Self, CollectError> {
+        off_runtime(|| Self::start_here(options)).unwrap_or_else(|e| Err(CollectError::Runtime(e)))
+    }
+
+    fn start_here(options: CollectorBuilder) -> Result<Self, CollectError> {
         let settings = config::resolve(&options.code)?;
         let cell = Arc::new(OnceLock::new());
         let mut builder = crate::Telemetry::builder()
@@ -461,18 +468,39 @@ impl Collector {
 
     /// Stops receiving, forwards what is queued (for up to `drain`; what is left is counted
     /// as dropped), then stops sampling and flushes the collector's own gauges (a failure
-    /// there is printed as a warning, like the SDK's own losses).
+    /// there is printed as a warning, like the SDK's own losses). Works from async code too.
     pub fn shutdown(mut self, drain: Duration) -> CollectStats {
-        self.stop_all(drain);
-        let stats = self.stats();
-        if let Some(telemetry) = self.telemetry.take() {
-            if let Err(e) = telemetry.shutdown() {
-                eprintln!("gpuspan collect: warning: the collector's own gauges: {e}");
+        let stopped = off_runtime(|| {
+            self.stop_all(drain);
+            if let Some(telemetry) = self.telemetry.take() {
+                if let Err(e) = telemetry.shutdown() {
+                    eprintln!("gpuspan collect: warning: the collector's own gauges: {e}");
+                }
             }
+        });
+        if let Err(e) = stopped {
+            self.stop_without_thread(&e);
         }
-        stats
+        self.stats()
     }
 
+    /// The last resort when no thread could be started to stop from async code: stops
+    /// without waiting, and says so.
+    fn stop_without_thread(&mut self, error: &std::io::Error) {
+        eprintln!(
+            "gpuspan collect: warning: cannot start a thread to stop the collector ({error}); \
+             what is still queued is not forwarded"
+        );
+        let _ = self.stop.send(true);
+        let _ = self.worker_stop.send(true);
+        self.give_up.store(true, Ordering::Relaxed);
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+
+    /// Blocks until the servers and the worker are done: call it where blocking is allowed
+    /// ([`off_runtime`]).
     fn stop_all(&mut self, drain: Duration) {
         let _ = self.stop.send(true);
         let Some(runtime) = self.runtime.take() else {
@@ -500,8 +528,34 @@ impl Collector {
 
 impl Drop for Collector {
     fn drop(&mut self) {
-        self.stop_all(Duration::from_secs(5));
+        if self.runtime.is_none() && self.telemetry.is_none() {
+            return;
+        }
+        let stopped = off_runtime(|| {
+            self.stop_all(Duration::from_secs(5));
+            drop(self.telemetry.take());
+        });
+        if let Err(e) = stopped {
+            self.stop_without_thread(&e);
+        }
     }
+}
+
+/// Runs `f` where blocking is allowed: on this thread, or, when this thread drives an async
+/// runtime (a collector started or dropped in async code, where `block_on` and dropping a
+/// runtime would panic), on a thread of its own.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Ok(f());
+    }
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("gpuspan-collect-block".into())
+            .spawn_scoped(scope, f)?;
+        Ok(thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
 }
 
 fn describe(destination: &config::Destination, run_dir: Option<&Path>) -> String {
