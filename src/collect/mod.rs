@@ -7,6 +7,13 @@
 //! and metrics to where the standard `OTEL_EXPORTER_OTLP_*` variables point, or to the run
 //! directory. [`run`] starts one on free local ports around a command.
 //!
+//! Requests wait for the forward target in a queue bounded in bytes of decoded requests
+//! ([`DEFAULT_MAX_QUEUE_BYTES`], [`CollectorBuilder::max_queue_bytes`]). A decoded request
+//! is several times its protobuf size, so each is measured as decoded (every vector's and
+//! string's capacity). A request that does not fit is refused with HTTP 503 and
+//! `Retry-After`, or gRPC `UNAVAILABLE`, which OTLP exporters retry; it is counted in
+//! [`CollectStats::requests_refused`].
+//!
 //! A [`Collector`] runs on its own runtime. It can be started, shut down and dropped from
 //! async code: what blocks then runs on a thread of its own.
 
@@ -15,6 +22,7 @@ mod enrich;
 mod forward;
 mod run;
 mod server;
+mod size;
 mod timeline;
 mod tree;
 
@@ -32,7 +40,7 @@ pub use run::{run, RunOutcome};
 use crate::config::{self, CodeSettings};
 use crate::source::processes::ProcessTable;
 use crate::timeline::{Tick, TickObserver};
-use forward::{Counters, Item, Sink, Worker};
+use forward::{Budget, Counters, Item, Queued, Sink, Worker};
 use timeline::{Recorder, Timelines};
 
 /// The default gRPC address: the OTLP port, on loopback.
@@ -41,6 +49,10 @@ pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:4317";
 pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:4318";
 /// The default largest request body, compressed or decompressed.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 << 20;
+/// The default bound of the forward queue, in bytes of decoded requests (256 MiB): what
+/// waits for the forward target and what is being sent. A 16 MiB request of small spans is
+/// 100 to 140 MiB once decoded; an SDK's batch of 512 spans is well under 1 MiB.
+pub const DEFAULT_MAX_QUEUE_BYTES: usize = 256 << 20;
 
 /// Why the collector could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -97,7 +109,8 @@ pub struct CollectStats {
     pub spans_passed: u64,
     /// Spans delivered to the forward target.
     pub spans_forwarded: u64,
-    /// Spans dropped: the queue was full, or the target kept failing.
+    /// Spans dropped: the target kept failing, or the collector stopped before they could
+    /// be sent. Once stopped, `spans_received == spans_forwarded + spans_dropped`.
     pub spans_dropped: u64,
     /// Metric export requests received.
     pub metric_requests_received: u64,
@@ -107,6 +120,10 @@ pub struct CollectStats {
     pub metric_requests_dropped: u64,
     /// Requests answered with an error (malformed, too large, wrong content type).
     pub requests_rejected: u64,
+    /// Requests refused because the forward queue was full (HTTP 503 with `Retry-After`,
+    /// gRPC `UNAVAILABLE`). Their senders keep and resend them, so their spans are not
+    /// counted as received.
+    pub requests_refused: u64,
 }
 
 /// Sets up a [`Collector`].
@@ -116,6 +133,7 @@ pub struct CollectorBuilder {
     grpc: Option<SocketAddr>,
     http: Option<SocketAddr>,
     max_request_bytes: usize,
+    max_queue_bytes: usize,
     service_name: String,
     code: CodeSettings,
 }
@@ -126,6 +144,7 @@ impl Default for CollectorBuilder {
             grpc: DEFAULT_GRPC_ADDR.parse().ok(),
             http: DEFAULT_HTTP_ADDR.parse().ok(),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_queue_bytes: DEFAULT_MAX_QUEUE_BYTES,
             service_name: "gpuspan-collect".into(),
             code: CodeSettings::default(),
         }
@@ -148,6 +167,14 @@ impl CollectorBuilder {
     /// The largest request accepted, compressed and once decompressed.
     pub fn max_request_bytes(mut self, bytes: usize) -> Self {
         self.max_request_bytes = bytes.max(1024);
+        self
+    }
+
+    /// The bound of the forward queue, in bytes of decoded requests (default
+    /// [`DEFAULT_MAX_QUEUE_BYTES`]). A request larger than the bound is accepted only into
+    /// an empty queue.
+    pub fn max_queue_bytes(mut self, bytes: usize) -> Self {
+        self.max_queue_bytes = bytes.max(1);
         self
     }
 
@@ -205,7 +232,7 @@ pub struct Collector {
     timelines: Arc<Timelines>,
     counters: Arc<Counters>,
     runtime: Option<tokio::runtime::Runtime>,
-    queue: Option<mpsc::Sender<Item>>,
+    queue: Option<mpsc::UnboundedSender<Queued>>,
     worker: Option<tokio::task::JoinHandle<()>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: watch::Sender<bool>,
@@ -319,7 +346,8 @@ impl Collector {
             .map_err(CollectError::Runtime)?;
         let counters = Arc::new(Counters::default());
         let give_up = Arc::new(AtomicBool::new(false));
-        let (queue, receiver) = mpsc::channel(forward::QUEUE_REQUESTS);
+        // Unbounded in count: the bound is the budget's, in decoded bytes.
+        let (queue, receiver) = mpsc::unbounded_channel();
         let (traces, metrics) = {
             let _guard = runtime.enter();
             let traces = Sink::open(
@@ -355,6 +383,7 @@ impl Collector {
         let (stop, _) = watch::channel(false);
         let intake = server::Intake {
             queue: queue.clone(),
+            budget: Budget::new(options.max_queue_bytes),
             counters: Arc::clone(&counters),
             limit: options.max_request_bytes,
         };
@@ -436,6 +465,7 @@ impl Collector {
             metric_requests_forwarded: get(&c.metric_requests_forwarded),
             metric_requests_dropped: get(&c.metric_requests_dropped),
             requests_rejected: get(&c.requests_rejected),
+            requests_refused: get(&c.requests_refused),
         }
     }
 
@@ -458,7 +488,11 @@ impl Collector {
     ) {
         if let Some(queue) = &self.queue {
             let spans = forward::span_count(&request);
-            if queue.try_send(Item::Ready(request)).is_err() {
+            let queued = Queued {
+                item: Item::Ready(request),
+                room: None,
+            };
+            if queue.send(queued).is_err() {
                 self.counters
                     .spans_dropped
                     .fetch_add(spans, Ordering::Relaxed);
@@ -580,6 +614,11 @@ pub mod __bench {
     use super::enrich::{Enriched, Enricher};
     use super::timeline::Timelines;
     use crate::timeline::Tick;
+
+    /// Bytes a decoded trace request holds, as the forward queue counts it.
+    pub fn queued_bytes(request: &ExportTraceServiceRequest) -> usize {
+        super::size::traces(request)
+    }
 
     /// A device timeline as the collector keeps it.
     #[derive(Debug)]

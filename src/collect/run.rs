@@ -207,6 +207,12 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     if stats.requests_rejected > 0 {
         summary.push_str(&format!(", {} requests rejected", stats.requests_rejected));
     }
+    if stats.requests_refused > 0 {
+        summary.push_str(&format!(
+            ", {} requests refused while the forward queue was full (their senders retry them)",
+            stats.requests_refused
+        ));
+    }
     summary.push('\n');
     Ok(RunOutcome {
         exit_code,
