@@ -60,6 +60,10 @@ enum Command {
         /// The largest request accepted, in bytes (compressed and decompressed).
         #[arg(long, default_value_t = crate::collect::DEFAULT_MAX_REQUEST_BYTES)]
         max_request_bytes: usize,
+        /// The bound of the forward queue, in bytes of decoded requests; past it requests
+        /// are refused with HTTP 503 / gRPC UNAVAILABLE, which OTLP exporters retry.
+        #[arg(long, default_value_t = crate::collect::DEFAULT_MAX_QUEUE_BYTES)]
+        max_queue_bytes: usize,
     },
     /// Runs a command with a collector on a free local port: its OpenTelemetry spans get GPU
     /// memory, and a `run` span covers the command. Returns the command's exit code.
@@ -148,7 +152,8 @@ where
             grpc,
             http,
             max_request_bytes,
-        } => collect(grpc.0, http.0, max_request_bytes),
+            max_queue_bytes,
+        } => collect(grpc.0, http.0, max_request_bytes, max_queue_bytes),
         #[cfg(feature = "collect")]
         Command::Run { protocol, command } => {
             return match crate::collect::run(&command, protocol) {
@@ -313,6 +318,7 @@ fn collect(
     grpc: Option<std::net::SocketAddr>,
     http: Option<std::net::SocketAddr>,
     max_request_bytes: usize,
+    max_queue_bytes: usize,
 ) -> Result<(), String> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
@@ -321,6 +327,7 @@ fn collect(
         .grpc_addr(grpc)
         .http_addr(http)
         .max_request_bytes(max_request_bytes)
+        .max_queue_bytes(max_queue_bytes)
         .start()
         .map_err(|e| e.to_string())?;
     let listening: Vec<String> = [
@@ -339,14 +346,16 @@ fn collect(
     let stats = collector.shutdown(std::time::Duration::from_secs(10));
     eprintln!(
         "gpuspan collect: {} spans received, {} given GPU memory, {} passed unchanged, {} \
-         forwarded, {} dropped; {} metric requests; {} requests rejected",
+         forwarded, {} dropped; {} metric requests; {} requests rejected; {} requests refused \
+         while the forward queue was full (their senders retry them)",
         stats.spans_received,
         stats.spans_enriched,
         stats.spans_passed,
         stats.spans_forwarded,
         stats.spans_dropped,
         stats.metric_requests_received,
-        stats.requests_rejected
+        stats.requests_rejected,
+        stats.requests_refused
     );
     Ok(())
 }

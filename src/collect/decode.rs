@@ -2,6 +2,7 @@
 //! protocol's error replies. Pure functions, so every malformed input can be tested without
 //! a server.
 
+use std::borrow::Cow;
 use std::io::Read;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -51,7 +52,8 @@ impl Format {
 /// A request turned away, with the HTTP status the OTLP/HTTP specification gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Rejection {
-    /// 400 (malformed), 413 (too large) or 415 (content type or encoding).
+    /// 400 (malformed), 413 (too large), 415 (content type or encoding) or 503 (the
+    /// forward queue is full: retry later).
     pub(crate) status: u16,
     pub(crate) message: String,
 }
@@ -75,8 +77,12 @@ struct RpcStatus {
 /// the request's own content type was not understood).
 pub(crate) fn error_body(format: Format, rejection: &Rejection) -> Vec<u8> {
     // gRPC codes: INVALID_ARGUMENT for malformed and unsupported input,
-    // RESOURCE_EXHAUSTED for too large.
-    let code = if rejection.status == 413 { 8 } else { 3 };
+    // RESOURCE_EXHAUSTED for too large, UNAVAILABLE for "retry later".
+    let code = match rejection.status {
+        413 => 8,
+        503 => 14,
+        _ => 3,
+    };
     match format {
         Format::Protobuf => prost::Message::encode_to_vec(&RpcStatus {
             code,
@@ -88,12 +94,13 @@ pub(crate) fn error_body(format: Format, rejection: &Rejection) -> Vec<u8> {
     }
 }
 
-/// The body after `Content-Encoding`, at most `limit` bytes once decompressed.
-pub(crate) fn decompress(
+/// The body after `Content-Encoding`, at most `limit` bytes once decompressed (borrowed
+/// when there is no encoding).
+pub(crate) fn decompress<'a>(
     encoding: Option<&str>,
-    body: &[u8],
+    body: &'a [u8],
     limit: usize,
-) -> Result<Vec<u8>, Rejection> {
+) -> Result<Cow<'a, [u8]>, Rejection> {
     let too_large = || {
         Rejection::new(
             413,
@@ -105,7 +112,7 @@ pub(crate) fn decompress(
             if body.len() > limit {
                 return Err(too_large());
             }
-            Ok(body.to_vec())
+            Ok(Cow::Borrowed(body))
         }
         Some("gzip") => {
             let mut out = Vec::new();
@@ -116,7 +123,7 @@ pub(crate) fn decompress(
             if out.len() > limit {
                 return Err(too_large());
             }
-            Ok(out)
+            Ok(Cow::Owned(out))
         }
         Some(other) => Err(Rejection::new(
             415,
@@ -202,7 +209,14 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         std::io::Write::write_all(&mut gz, &bytes).unwrap();
         let gz = gz.finish().unwrap();
-        assert_eq!(decompress(Some("gzip"), &gz, 1 << 20), Ok(bytes.clone()));
+        assert_eq!(
+            decompress(Some("gzip"), &gz, 1 << 20).map(Cow::into_owned),
+            Ok(bytes.clone())
+        );
+        assert_eq!(
+            decompress(None, &bytes, 1 << 20),
+            Ok(Cow::Borrowed(&bytes[..]))
+        );
         assert_eq!(
             decompress(Some("br"), &gz, 1 << 20).unwrap_err().status,
             415

@@ -1,7 +1,12 @@
 //! Sends what the collector received on: to the OTLP endpoint the standard variables name,
-//! or to the run directory's OTLP/JSON files. One worker drains a bounded queue, so a
-//! target that is down costs the receiver nothing: requests that do not fit are dropped and
-//! counted, failed sends are retried with backoff, then counted as dropped.
+//! or to the run directory's OTLP/JSON files. One worker drains a queue bounded in decoded
+//! bytes ([`Budget`]), so a target that is down costs the receiver nothing and the
+//! collector's memory stays bounded: a request that does not fit is refused with a status
+//! its sender retries (the receiver's concern), failed sends are retried with backoff, then
+//! counted as dropped.
+//!
+//! Threading: the receiver's handlers take room and queue on any runtime thread; the one
+//! worker task owns the receiving end and gives the room back when a request is done with.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -10,11 +15,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use tokio::sync::mpsc;
+use std::marker::PhantomData;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use crate::config::{Destination, OtlpTarget};
 use crate::Protocol;
@@ -22,8 +32,71 @@ use crate::Protocol;
 use super::enrich::Enricher;
 use super::timeline::Timelines;
 
-/// Requests waiting to be forwarded, at most.
-pub(crate) const QUEUE_REQUESTS: usize = 1024;
+/// The forward queue's room, in bytes of decoded requests (see [`super::size`]): a request
+/// holds its share from the moment it is accepted until the worker has sent it or given it
+/// up, so what waits, and what is being sent, never holds more than the bound.
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    room: Arc<Semaphore>,
+    total: usize,
+}
+
+impl Budget {
+    pub(crate) fn new(total: usize) -> Self {
+        let total = total.clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            room: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// Room for a request of `bytes`, or `None` when the queue is too full for it. A request
+    /// larger than the whole bound takes all of it, so it is accepted when the queue is empty.
+    pub(crate) fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let share = bytes.min(self.total).min(u32::MAX as usize) as u32;
+        Arc::clone(&self.room).try_acquire_many_owned(share).ok()
+    }
+
+    /// Bytes free now.
+    pub(crate) fn free(&self) -> usize {
+        self.room.available_permits()
+    }
+
+    /// The bound.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+}
+
+/// Gives the memory of a large request that was just freed back to the system. glibc keeps
+/// freed memory in per-thread arenas; requests decoded on one thread and freed on another
+/// would otherwise leave the process's resident size well above what it holds. Runs off the
+/// runtime's threads, as trimming walks the free lists.
+pub(crate) fn give_back_memory(freed: usize) {
+    const WORTH_IT: usize = 4 << 20;
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if freed >= WORTH_IT {
+        // SAFETY: malloc_trim only returns free memory to the system.
+        let trim = || unsafe {
+            libc::malloc_trim(0);
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(tokio::task::spawn_blocking(trim));
+        } else {
+            trim();
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = (freed, WORTH_IT);
+}
+
+/// A request in the queue, with the room it holds (none for the collector's own `run`
+/// span, which must never be refused).
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub(crate) item: Item,
+    pub(crate) room: Option<OwnedSemaphorePermit>,
+}
 
 /// Backoff between attempts to send one request; then it is dropped.
 const RETRY_DELAYS: [Duration; 4] = [
@@ -55,6 +128,7 @@ pub(crate) struct Counters {
     pub(crate) metric_requests_forwarded: AtomicU64,
     pub(crate) metric_requests_dropped: AtomicU64,
     pub(crate) requests_rejected: AtomicU64,
+    pub(crate) requests_refused: AtomicU64,
     pub(crate) send_failures: AtomicU64,
 }
 
@@ -138,39 +212,37 @@ impl Sink {
         }
     }
 
-    async fn send_traces(&self, request: &ExportTraceServiceRequest) -> Result<(), String> {
+    async fn send_traces(&self, request: &Arc<ExportTraceServiceRequest>) -> Result<(), String> {
         match self {
             Self::None => Ok(()),
-            Self::Lines(out) => write_line(out, request),
-            Self::Grpc {
-                channel, headers, ..
-            } => {
-                let mut client = TraceServiceClient::new(channel.clone());
-                client
-                    .export(with_headers(request.clone(), headers))
-                    .await
-                    .map(drop)
-                    .map_err(|s| format!("{}: {}", s.code(), s.message()))
+            Self::Lines(out) => write_line(out, &**request),
+            Self::Grpc { channel, headers } => {
+                export_shared::<_, ExportTraceServiceResponse>(
+                    channel,
+                    headers,
+                    request,
+                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                )
+                .await
             }
-            Self::Http { .. } => self.post(prost::Message::encode_to_vec(request)).await,
+            Self::Http { .. } => self.post(prost::Message::encode_to_vec(&**request)).await,
         }
     }
 
-    async fn send_metrics(&self, request: &ExportMetricsServiceRequest) -> Result<(), String> {
+    async fn send_metrics(&self, request: &Arc<ExportMetricsServiceRequest>) -> Result<(), String> {
         match self {
             Self::None => Ok(()),
-            Self::Lines(out) => write_line(out, request),
-            Self::Grpc {
-                channel, headers, ..
-            } => {
-                let mut client = MetricsServiceClient::new(channel.clone());
-                client
-                    .export(with_headers(request.clone(), headers))
-                    .await
-                    .map(drop)
-                    .map_err(|s| format!("{}: {}", s.code(), s.message()))
+            Self::Lines(out) => write_line(out, &**request),
+            Self::Grpc { channel, headers } => {
+                export_shared::<_, ExportMetricsServiceResponse>(
+                    channel,
+                    headers,
+                    request,
+                    "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+                )
+                .await
             }
-            Self::Http { .. } => self.post(prost::Message::encode_to_vec(request)).await,
+            Self::Http { .. } => self.post(prost::Message::encode_to_vec(&**request)).await,
         }
     }
 
@@ -198,6 +270,75 @@ impl Sink {
         } else {
             Err(format!("{url} answered {}", response.status()))
         }
+    }
+}
+
+/// One OTLP/gRPC export of a request the worker keeps for its retries, encoded straight from
+/// the shared request: tonic's generated clients take the message by value, which would
+/// need a copy of the decoded request (about 8 times its protobuf) for every attempt.
+async fn export_shared<Req, Reply>(
+    channel: &tonic::transport::Channel,
+    headers: &[(String, String)],
+    request: &Arc<Req>,
+    path: &'static str,
+) -> Result<(), String>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Reply: prost::Message + Default + Send + Sync + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.map_err(|e| e.to_string())?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+    grpc.unary::<_, Reply, _>(
+        with_headers(Arc::clone(request), headers),
+        path,
+        SharedCodec::<Req, Reply>(PhantomData),
+    )
+    .await
+    .map(drop)
+    .map_err(|s| format!("{}: {}", s.code(), s.message()))
+}
+
+/// Encodes a shared request in place; decodes the reply with prost.
+struct SharedCodec<Req, Reply>(PhantomData<fn() -> (Req, Reply)>);
+
+impl<Req, Reply> Codec for SharedCodec<Req, Reply>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Reply: prost::Message + Default + Send + 'static,
+{
+    type Encode = Arc<Req>;
+    type Decode = Reply;
+    type Encoder = SharedCodec<Req, ()>;
+    type Decoder = SharedCodec<(), Reply>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        SharedCodec(PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        SharedCodec(PhantomData)
+    }
+}
+
+impl<Req: prost::Message> Encoder for SharedCodec<Req, ()> {
+    type Item = Arc<Req>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Arc<Req>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        item.encode(dst)
+            .map_err(|e| tonic::Status::internal(format!("cannot encode the request: {e}")))
+    }
+}
+
+impl<Reply: prost::Message + Default> Decoder for SharedCodec<(), Reply> {
+    type Item = Reply;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Reply>, tonic::Status> {
+        Reply::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(format!("cannot decode the reply: {e}")))
     }
 }
 
@@ -244,19 +385,19 @@ impl Worker {
     /// still queued and returns.
     pub(crate) async fn run(
         self,
-        mut queue: mpsc::Receiver<Item>,
+        mut queue: mpsc::UnboundedReceiver<Queued>,
         mut stopped: tokio::sync::watch::Receiver<bool>,
     ) {
         loop {
             tokio::select! {
                 biased;
-                item = queue.recv() => match item {
-                    Some(item) => self.handle(item).await,
+                queued = queue.recv() => match queued {
+                    Some(queued) => self.handle(queued).await,
                     None => return,
                 },
                 _ = async { let _ = stopped.wait_for(|s| *s).await; } => {
-                    while let Ok(item) = queue.try_recv() {
-                        self.handle(item).await;
+                    while let Ok(queued) = queue.try_recv() {
+                        self.handle(queued).await;
                     }
                     return;
                 }
@@ -264,7 +405,15 @@ impl Worker {
         }
     }
 
-    async fn handle(&self, item: Item) {
+    /// Handles one request; its room is given back once it is sent or given up.
+    async fn handle(&self, queued: Queued) {
+        let Queued { item, room } = queued;
+        self.handle_item(item).await;
+        let freed = room.map_or(0, |room| room.num_permits());
+        give_back_memory(freed);
+    }
+
+    async fn handle_item(&self, item: Item) {
         {
             match item {
                 Item::Traces(mut request) => {
@@ -277,6 +426,7 @@ impl Worker {
                 }
                 Item::Ready(request) => self.forward_traces(request).await,
                 Item::Metrics(request) => {
+                    let request = Arc::new(request);
                     let sent = self.retry(|| self.metrics.send_metrics(&request)).await;
                     let counter = if sent {
                         &self.counters.metric_requests_forwarded
@@ -291,6 +441,7 @@ impl Worker {
 
     async fn forward_traces(&self, request: ExportTraceServiceRequest) {
         let n = span_count(&request);
+        let request = Arc::new(request);
         let sent = self.retry(|| self.traces.send_traces(&request)).await;
         let counter = if sent {
             &self.counters.spans_forwarded

@@ -6,12 +6,23 @@
 //! `gpu.process.memory.*` on each span by its own start and end time, and forwards spans
 //! and metrics to where the standard `OTEL_EXPORTER_OTLP_*` variables point, or to the run
 //! directory. [`run`] starts one on free local ports around a command.
+//!
+//! Requests wait for the forward target in a queue bounded in bytes of decoded requests
+//! ([`DEFAULT_MAX_QUEUE_BYTES`], [`CollectorBuilder::max_queue_bytes`]). A decoded request
+//! is several times its protobuf size, so each is measured as decoded (every vector's and
+//! string's capacity). A request that does not fit is refused with HTTP 503 and
+//! `Retry-After`, or gRPC `UNAVAILABLE`, which OTLP exporters retry; it is counted in
+//! [`CollectStats::requests_refused`].
+//!
+//! A [`Collector`] runs on its own runtime. It can be started, shut down and dropped from
+//! async code: what blocks then runs on a thread of its own.
 
 mod decode;
 mod enrich;
 mod forward;
 mod run;
 mod server;
+mod size;
 mod timeline;
 mod tree;
 
@@ -29,7 +40,7 @@ pub use run::{run, RunOutcome};
 use crate::config::{self, CodeSettings};
 use crate::source::processes::ProcessTable;
 use crate::timeline::{Tick, TickObserver};
-use forward::{Counters, Item, Sink, Worker};
+use forward::{Budget, Counters, Item, Queued, Sink, Worker};
 use timeline::{Recorder, Timelines};
 
 /// The default gRPC address: the OTLP port, on loopback.
@@ -38,6 +49,10 @@ pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:4317";
 pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:4318";
 /// The default largest request body, compressed or decompressed.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 << 20;
+/// The default bound of the forward queue, in bytes of decoded requests (256 MiB): what
+/// waits for the forward target and what is being sent. A 16 MiB request of small spans is
+/// 100 to 140 MiB once decoded; an SDK's batch of 512 spans is well under 1 MiB.
+pub const DEFAULT_MAX_QUEUE_BYTES: usize = 256 << 20;
 
 /// Why the collector could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +109,8 @@ pub struct CollectStats {
     pub spans_passed: u64,
     /// Spans delivered to the forward target.
     pub spans_forwarded: u64,
-    /// Spans dropped: the queue was full, or the target kept failing.
+    /// Spans dropped: the target kept failing, or the collector stopped before they could
+    /// be sent. Once stopped, `spans_received == spans_forwarded + spans_dropped`.
     pub spans_dropped: u64,
     /// Metric export requests received.
     pub metric_requests_received: u64,
@@ -104,6 +120,10 @@ pub struct CollectStats {
     pub metric_requests_dropped: u64,
     /// Requests answered with an error (malformed, too large, wrong content type).
     pub requests_rejected: u64,
+    /// Requests refused because the forward queue was full (HTTP 503 with `Retry-After`,
+    /// gRPC `UNAVAILABLE`). Their senders keep and resend them, so their spans are not
+    /// counted as received.
+    pub requests_refused: u64,
 }
 
 /// Sets up a [`Collector`].
@@ -113,6 +133,7 @@ pub struct CollectorBuilder {
     grpc: Option<SocketAddr>,
     http: Option<SocketAddr>,
     max_request_bytes: usize,
+    max_queue_bytes: usize,
     service_name: String,
     code: CodeSettings,
 }
@@ -123,6 +144,7 @@ impl Default for CollectorBuilder {
             grpc: DEFAULT_GRPC_ADDR.parse().ok(),
             http: DEFAULT_HTTP_ADDR.parse().ok(),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_queue_bytes: DEFAULT_MAX_QUEUE_BYTES,
             service_name: "gpuspan-collect".into(),
             code: CodeSettings::default(),
         }
@@ -145,6 +167,14 @@ impl CollectorBuilder {
     /// The largest request accepted, compressed and once decompressed.
     pub fn max_request_bytes(mut self, bytes: usize) -> Self {
         self.max_request_bytes = bytes.max(1024);
+        self
+    }
+
+    /// The bound of the forward queue, in bytes of decoded requests (default
+    /// [`DEFAULT_MAX_QUEUE_BYTES`]). A request larger than the bound is accepted only into
+    /// an empty queue.
+    pub fn max_queue_bytes(mut self, bytes: usize) -> Self {
+        self.max_queue_bytes = bytes.max(1);
         self
     }
 
@@ -184,7 +214,7 @@ impl CollectorBuilder {
         self
     }
 
-    /// Starts sampling, listening and forwarding.
+    /// Starts sampling, listening and forwarding. Works from async code too.
     ///
     /// # Errors
     /// A setting that does not parse, an address in use, a forward target that cannot be
@@ -202,7 +232,7 @@ pub struct Collector {
     timelines: Arc<Timelines>,
     counters: Arc<Counters>,
     runtime: Option<tokio::runtime::Runtime>,
-    queue: Option<mpsc::Sender<Item>>,
+    queue: Option<mpsc::UnboundedSender<Queued>>,
     worker: Option<tokio::task::JoinHandle<()>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: watch::Sender<bool>,
@@ -246,6 +276,10 @@ impl Collector {
     }
 
     fn start(options: CollectorBuilder) -> Result<Self, CollectError> {
+        off_runtime(|| Self::start_here(options)).unwrap_or_else(|e| Err(CollectError::Runtime(e)))
+    }
+
+    fn start_here(options: CollectorBuilder) -> Result<Self, CollectError> {
         let settings = config::resolve(&options.code)?;
         let cell = Arc::new(OnceLock::new());
         let mut builder = crate::Telemetry::builder()
@@ -312,7 +346,8 @@ impl Collector {
             .map_err(CollectError::Runtime)?;
         let counters = Arc::new(Counters::default());
         let give_up = Arc::new(AtomicBool::new(false));
-        let (queue, receiver) = mpsc::channel(forward::QUEUE_REQUESTS);
+        // Unbounded in count: the bound is the budget's, in decoded bytes.
+        let (queue, receiver) = mpsc::unbounded_channel();
         let (traces, metrics) = {
             let _guard = runtime.enter();
             let traces = Sink::open(
@@ -348,6 +383,7 @@ impl Collector {
         let (stop, _) = watch::channel(false);
         let intake = server::Intake {
             queue: queue.clone(),
+            budget: Budget::new(options.max_queue_bytes),
             counters: Arc::clone(&counters),
             limit: options.max_request_bytes,
         };
@@ -429,6 +465,7 @@ impl Collector {
             metric_requests_forwarded: get(&c.metric_requests_forwarded),
             metric_requests_dropped: get(&c.metric_requests_dropped),
             requests_rejected: get(&c.requests_rejected),
+            requests_refused: get(&c.requests_refused),
         }
     }
 
@@ -451,7 +488,11 @@ impl Collector {
     ) {
         if let Some(queue) = &self.queue {
             let spans = forward::span_count(&request);
-            if queue.try_send(Item::Ready(request)).is_err() {
+            let queued = Queued {
+                item: Item::Ready(request),
+                room: None,
+            };
+            if queue.send(queued).is_err() {
                 self.counters
                     .spans_dropped
                     .fetch_add(spans, Ordering::Relaxed);
@@ -461,18 +502,39 @@ impl Collector {
 
     /// Stops receiving, forwards what is queued (for up to `drain`; what is left is counted
     /// as dropped), then stops sampling and flushes the collector's own gauges (a failure
-    /// there is printed as a warning, like the SDK's own losses).
+    /// there is printed as a warning, like the SDK's own losses). Works from async code too.
     pub fn shutdown(mut self, drain: Duration) -> CollectStats {
-        self.stop_all(drain);
-        let stats = self.stats();
-        if let Some(telemetry) = self.telemetry.take() {
-            if let Err(e) = telemetry.shutdown() {
-                eprintln!("gpuspan collect: warning: the collector's own gauges: {e}");
+        let stopped = off_runtime(|| {
+            self.stop_all(drain);
+            if let Some(telemetry) = self.telemetry.take() {
+                if let Err(e) = telemetry.shutdown() {
+                    eprintln!("gpuspan collect: warning: the collector's own gauges: {e}");
+                }
             }
+        });
+        if let Err(e) = stopped {
+            self.stop_without_thread(&e);
         }
-        stats
+        self.stats()
     }
 
+    /// The last resort when no thread could be started to stop from async code: stops
+    /// without waiting, and says so.
+    fn stop_without_thread(&mut self, error: &std::io::Error) {
+        eprintln!(
+            "gpuspan collect: warning: cannot start a thread to stop the collector ({error}); \
+             what is still queued is not forwarded"
+        );
+        let _ = self.stop.send(true);
+        let _ = self.worker_stop.send(true);
+        self.give_up.store(true, Ordering::Relaxed);
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+
+    /// Blocks until the servers and the worker are done: call it where blocking is allowed
+    /// ([`off_runtime`]).
     fn stop_all(&mut self, drain: Duration) {
         let _ = self.stop.send(true);
         let Some(runtime) = self.runtime.take() else {
@@ -500,8 +562,34 @@ impl Collector {
 
 impl Drop for Collector {
     fn drop(&mut self) {
-        self.stop_all(Duration::from_secs(5));
+        if self.runtime.is_none() && self.telemetry.is_none() {
+            return;
+        }
+        let stopped = off_runtime(|| {
+            self.stop_all(Duration::from_secs(5));
+            drop(self.telemetry.take());
+        });
+        if let Err(e) = stopped {
+            self.stop_without_thread(&e);
+        }
     }
+}
+
+/// Runs `f` where blocking is allowed: on this thread, or, when this thread drives an async
+/// runtime (a collector started or dropped in async code, where `block_on` and dropping a
+/// runtime would panic), on a thread of its own.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Ok(f());
+    }
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("gpuspan-collect-block".into())
+            .spawn_scoped(scope, f)?;
+        Ok(thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
 }
 
 fn describe(destination: &config::Destination, run_dir: Option<&Path>) -> String {
@@ -526,6 +614,11 @@ pub mod __bench {
     use super::enrich::{Enriched, Enricher};
     use super::timeline::Timelines;
     use crate::timeline::Tick;
+
+    /// Bytes a decoded trace request holds, as the forward queue counts it.
+    pub fn queued_bytes(request: &ExportTraceServiceRequest) -> usize {
+        super::size::traces(request)
+    }
 
     /// A device timeline as the collector keeps it.
     #[derive(Debug)]

@@ -15,6 +15,8 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 
+use signal_hook::iterator::exfiltrator::WithRawSiginfo;
+
 use super::enrich::Enriched;
 use super::{CollectError, CollectStats, Collector};
 use crate::Protocol;
@@ -36,7 +38,8 @@ pub struct RunOutcome {
 ///
 /// The child gets `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_EXPORTER_OTLP_PROTOCOL` (both
 /// protocols are answered on the one port), `OTEL_SERVICE_NAME` from the command where
-/// unset, and `TRACEPARENT` naming the `run` span. SIGINT and SIGTERM are passed on to it.
+/// unset, and `TRACEPARENT` naming the `run` span. SIGINT, SIGQUIT and SIGTERM sent to
+/// gpuspan are passed on to it; a Ctrl-C typed at the terminal reaches it directly, once.
 ///
 /// # Errors
 /// The collector could not start, or the command could not be started.
@@ -207,6 +210,12 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     if stats.requests_rejected > 0 {
         summary.push_str(&format!(", {} requests rejected", stats.requests_rejected));
     }
+    if stats.requests_refused > 0 {
+        summary.push_str(&format!(
+            ", {} requests refused while the forward queue was full (their senders retry them)",
+            stats.requests_refused
+        ));
+    }
     summary.push('\n');
     Ok(RunOutcome {
         exit_code,
@@ -215,31 +224,68 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     })
 }
 
-/// Catches SIGINT and SIGTERM from now on.
-fn catch_signals() -> Option<signal_hook::iterator::Signals> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).ok()
+/// The caught signals, each with its `siginfo_t` (who sent it).
+type CaughtSignals = signal_hook::iterator::SignalsInfo<WithRawSiginfo>;
+
+/// Catches SIGINT, SIGQUIT and SIGTERM from now on.
+fn catch_signals() -> Option<CaughtSignals> {
+    use signal_hook::consts::{SIGINT, SIGQUIT, SIGTERM};
+    CaughtSignals::new([SIGINT, SIGQUIT, SIGTERM]).ok()
 }
 
-/// Passes the caught signals on to `pid` until the handle is closed.
+/// Passes the caught signals on to `pid` until the handle is closed, except those the
+/// command got already.
+///
+/// The command stays in gpuspan's process group (so it can read the terminal), so a Ctrl-C
+/// or Ctrl-\ typed at the terminal reaches both: the kernel's line discipline sends it to
+/// the whole foreground group. Such a signal comes from the kernel (`SI_KERNEL`, no sender
+/// pid) and is not passed on while the command is still in gpuspan's group, else the command
+/// would get it twice (Python raises `KeyboardInterrupt` twice). A signal a process sent
+/// (`kill`, `SI_USER` with its pid) is passed on: it was sent to gpuspan alone. A process
+/// that signals the whole group (`kill -INT -<pgid>`) reaches the command directly and
+/// through gpuspan, so the command may see that signal twice (once when the two arrive
+/// before it handles the first): signal gpuspan's pid instead.
 fn forward_signals(
-    mut signals: signal_hook::iterator::Signals,
+    mut signals: CaughtSignals,
     pid: u32,
 ) -> Option<(signal_hook::iterator::Handle, std::thread::JoinHandle<()>)> {
     let handle = signals.handle();
     let thread = std::thread::Builder::new()
         .name("gpuspan-signals".into())
         .spawn(move || {
-            for signal in signals.forever() {
+            for info in signals.forever() {
+                if from_the_terminal(&info) && in_our_group(pid) {
+                    continue;
+                }
                 // SAFETY: kill has no memory effects; a pid that has exited is an error we
                 // can ignore.
                 unsafe {
-                    libc::kill(pid as libc::pid_t, signal);
+                    libc::kill(pid as libc::pid_t, info.si_signo);
                 }
             }
         })
         .ok()?;
     Some((handle, thread))
+}
+
+/// A signal the kernel generated, as the terminal's line discipline does for Ctrl-C, rather
+/// than one a process sent.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn from_the_terminal(info: &libc::siginfo_t) -> bool {
+    info.si_code == libc::SI_KERNEL
+}
+
+/// Elsewhere the kernel's own code is not known: every signal is passed on.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn from_the_terminal(_: &libc::siginfo_t) -> bool {
+    false
+}
+
+/// Whether `pid` is still in gpuspan's process group (a command may move to its own).
+fn in_our_group(pid: u32) -> bool {
+    // SAFETY: plain queries with no memory effects.
+    let (theirs, ours) = unsafe { (libc::getpgid(pid as libc::pid_t), libc::getpgrp()) };
+    theirs == ours
 }
 
 fn exit_of(status: &std::process::ExitStatus) -> (i32, String) {

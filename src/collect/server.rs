@@ -1,12 +1,15 @@
 //! The OTLP receiver: one router that answers OTLP/HTTP (`/v1/traces`, `/v1/metrics`) and
 //! OTLP/gRPC on every port it listens on. Handlers decode, count and queue; they never
-//! wait on the forward target.
+//! wait on the forward target. When the forward queue has no room for a request, it is
+//! refused with what OTLP exporters retry (HTTP 503 with `Retry-After`, gRPC
+//! `UNAVAILABLE`), so its sender keeps it instead of losing it.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,33 +31,117 @@ use tokio::sync::mpsc;
 use tonic::codec::CompressionEncoding;
 
 use super::decode::{self, Format, Rejection};
-use super::forward::{span_count, Counters, Item};
+use super::forward::{give_back_memory, span_count, Budget, Counters, Item, Queued};
+use super::size;
+
+/// Seconds a refused sender is asked to wait before it sends again.
+pub(crate) const RETRY_AFTER_SECS: u32 = 2;
 
 /// Where received requests go.
 #[derive(Clone)]
 pub(crate) struct Intake {
-    pub(crate) queue: mpsc::Sender<Item>,
+    pub(crate) queue: mpsc::UnboundedSender<Queued>,
+    /// The queue's room in decoded bytes.
+    pub(crate) budget: Budget,
     pub(crate) counters: Arc<Counters>,
     /// Largest request body, compressed or not.
     pub(crate) limit: usize,
 }
 
+/// A request the forward queue has no room for; its sender is told to retry.
+struct Full;
+
 impl Intake {
-    fn traces(&self, request: ExportTraceServiceRequest) {
+    /// Queues `request`, or refuses it (counted) when the queue has no room for it. A
+    /// refused request is not received: its sender keeps and resends it.
+    fn traces(&self, request: ExportTraceServiceRequest) -> Result<(), Full> {
+        let bytes = size::traces(&request);
+        let Ok(room) = self.room_for(bytes) else {
+            drop(request);
+            give_back_memory(bytes);
+            return Err(Full);
+        };
         let spans = span_count(&request);
         let c = &self.counters;
         c.spans_received.fetch_add(spans, Ordering::Relaxed);
-        if self.queue.try_send(Item::Traces(request)).is_err() {
+        let queued = Queued {
+            item: Item::Traces(request),
+            room: Some(room),
+        };
+        if self.queue.send(queued).is_err() {
             c.spans_dropped.fetch_add(spans, Ordering::Relaxed);
         }
+        Ok(())
     }
 
-    fn metrics(&self, request: ExportMetricsServiceRequest) {
+    /// As [`Self::traces`].
+    fn metrics(&self, request: ExportMetricsServiceRequest) -> Result<(), Full> {
+        let bytes = size::metrics(&request);
+        let Ok(room) = self.room_for(bytes) else {
+            drop(request);
+            give_back_memory(bytes);
+            return Err(Full);
+        };
         let c = &self.counters;
         c.metric_requests_received.fetch_add(1, Ordering::Relaxed);
-        if self.queue.try_send(Item::Metrics(request)).is_err() {
+        let queued = Queued {
+            item: Item::Metrics(request),
+            room: Some(room),
+        };
+        if self.queue.send(queued).is_err() {
             c.metric_requests_dropped.fetch_add(1, Ordering::Relaxed);
         }
+        Ok(())
+    }
+
+    fn room_for(&self, bytes: usize) -> Result<tokio::sync::OwnedSemaphorePermit, Full> {
+        self.budget.take(bytes).ok_or_else(|| self.full())
+    }
+
+    fn full(&self) -> Full {
+        self.counters
+            .requests_refused
+            .fetch_add(1, Ordering::Relaxed);
+        Full
+    }
+
+    fn full_message(&self) -> String {
+        format!(
+            "the collector's forward queue is full ({} bytes of decoded requests wait to be \
+             forwarded); retry later",
+            self.budget.total()
+        )
+    }
+
+    /// HTTP 503 with `Retry-After` and a `google.rpc.Status` of `UNAVAILABLE`: the OTLP/HTTP
+    /// specification's "retry later" (429, 502, 503 and 504 are retryable).
+    fn refuse(&self, format: Format) -> Response {
+        let body = decode::error_body(format, &Rejection::new(503, self.full_message()));
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [
+                (header::CONTENT_TYPE, format.content_type().to_owned()),
+                (header::RETRY_AFTER, RETRY_AFTER_SECS.to_string()),
+            ],
+            body,
+        )
+            .into_response()
+    }
+
+    /// gRPC `UNAVAILABLE`, which OTLP/gRPC exporters retry with backoff.
+    fn refuse_grpc(&self) -> tonic::Status {
+        tonic::Status::unavailable(self.full_message())
+    }
+
+    /// Refuses a protobuf body before decoding it when the queue has less room than the
+    /// body's own size (a decoded request is larger than its protobuf), so a full queue
+    /// costs no decoding.
+    fn clearly_full(&self, format: Format, raw: &[u8]) -> Result<(), Full> {
+        let floor = raw.len().min(self.budget.total());
+        if format == Format::Protobuf && self.budget.free() < floor {
+            return Err(self.full());
+        }
+        Ok(())
     }
 
     fn reject(&self, format: Format, rejection: &Rejection) -> Response {
@@ -71,8 +158,9 @@ impl Intake {
             .into_response()
     }
 
-    /// Content type, size and encoding checks, then the decompressed body.
-    async fn body(&self, headers: &HeaderMap, body: Body) -> Result<(Format, Vec<u8>), Response> {
+    /// Content type, size and encoding checks, then the decompressed body (the received
+    /// bytes themselves when there was no encoding: a 16 MiB body is not held twice).
+    async fn body(&self, headers: &HeaderMap, body: Body) -> Result<(Format, Bytes), Response> {
         let text = |name| {
             headers
                 .get(name)
@@ -90,8 +178,11 @@ impl Intake {
             );
             self.reject(format, &r)
         })?;
-        let raw = decode::decompress(text(header::CONTENT_ENCODING), &bytes, limit)
-            .map_err(|r| self.reject(format, &r))?;
+        let raw = match decode::decompress(text(header::CONTENT_ENCODING), &bytes, limit) {
+            Ok(Cow::Borrowed(_)) => bytes.clone(),
+            Ok(Cow::Owned(decompressed)) => Bytes::from(decompressed),
+            Err(r) => return Err(self.reject(format, &r)),
+        };
         Ok((format, raw))
     }
 }
@@ -110,9 +201,14 @@ async fn http_traces(State(intake): State<Intake>, headers: HeaderMap, body: Bod
         Ok(decoded) => decoded,
         Err(response) => return response,
     };
+    if intake.clearly_full(format, &raw).is_err() {
+        return intake.refuse(format);
+    }
     match decode::traces(format, &raw) {
         Ok(request) => {
-            intake.traces(request);
+            if intake.traces(request).is_err() {
+                return intake.refuse(format);
+            }
             let reply = ExportTraceServiceResponse {
                 partial_success: None,
             };
@@ -127,9 +223,14 @@ async fn http_metrics(State(intake): State<Intake>, headers: HeaderMap, body: Bo
         Ok(decoded) => decoded,
         Err(response) => return response,
     };
+    if intake.clearly_full(format, &raw).is_err() {
+        return intake.refuse(format);
+    }
     match decode::metrics(format, &raw) {
         Ok(request) => {
-            intake.metrics(request);
+            if intake.metrics(request).is_err() {
+                return intake.refuse(format);
+            }
             let reply = ExportMetricsServiceResponse {
                 partial_success: None,
             };
@@ -155,7 +256,9 @@ impl TraceService for GrpcTraces {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.0.traces(request.into_inner());
+        if self.0.traces(request.into_inner()).is_err() {
+            return Err(self.0.refuse_grpc());
+        }
         Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
@@ -168,7 +271,9 @@ impl MetricsService for GrpcMetrics {
         &self,
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        self.0.metrics(request.into_inner());
+        if self.0.metrics(request.into_inner()).is_err() {
+            return Err(self.0.refuse_grpc());
+        }
         Ok(tonic::Response::new(ExportMetricsServiceResponse {
             partial_success: None,
         }))
@@ -176,7 +281,8 @@ impl MetricsService for GrpcMetrics {
 }
 
 /// Counts gRPC requests that tonic turned away before a handler saw them (malformed or
-/// too large messages): their replies carry a non-zero `grpc-status` header.
+/// too large messages): their replies carry a non-zero `grpc-status` header. `UNAVAILABLE`
+/// (14) is the handlers' own refusal for a full queue, counted where it is decided.
 async fn count_grpc_rejections(
     State(counters): State<Arc<Counters>>,
     response: Response,
@@ -184,7 +290,7 @@ async fn count_grpc_rejections(
     let failed = response
         .headers()
         .get("grpc-status")
-        .is_some_and(|status| status.as_bytes() != b"0");
+        .is_some_and(|status| status.as_bytes() != b"0" && status.as_bytes() != b"14");
     if failed {
         counters.requests_rejected.fetch_add(1, Ordering::Relaxed);
     }
