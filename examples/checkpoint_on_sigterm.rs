@@ -44,7 +44,7 @@ enum Handler {
     SigactionAfter,
     SignalHookBefore,
     SignalHookAfter,
-    ExitInHandler,
+    ExitInside,
 }
 
 struct Args {
@@ -70,7 +70,7 @@ fn parse_args() -> Result<Args, String> {
                     Some("sigaction-after") => Handler::SigactionAfter,
                     Some("signal-hook-before") => Handler::SignalHookBefore,
                     Some("signal-hook-after") => Handler::SignalHookAfter,
-                    Some("exit-in-handler") => Handler::ExitInHandler,
+                    Some("exit-in-handler") => Handler::ExitInside,
                     other => return Err(format!("--handler {other:?}: unknown\n{USAGE}")),
                 }
             }
@@ -147,7 +147,7 @@ fn install_sigaction(handler: Handler) -> std::io::Result<()> {
                 action.sa_sigaction = on_sigterm_chained as *const () as usize;
                 action.sa_flags |= libc::SA_SIGINFO;
             }
-            Handler::ExitInHandler => action.sa_sigaction = exit_on_sigterm as *const () as usize,
+            Handler::ExitInside => action.sa_sigaction = exit_on_sigterm as *const () as usize,
             _ => action.sa_sigaction = on_sigterm as *const () as usize,
         }
         let mut previous: libc::sigaction = std::mem::zeroed();
@@ -164,7 +164,7 @@ fn install_sigaction(handler: Handler) -> std::io::Result<()> {
 
 fn install(handler: Handler, before_init: bool, flag: &Arc<AtomicBool>) -> std::io::Result<()> {
     match (handler, before_init) {
-        (Handler::SigactionBefore | Handler::ExitInHandler, true) => install_sigaction(handler),
+        (Handler::SigactionBefore | Handler::ExitInside, true) => install_sigaction(handler),
         (Handler::SigactionAfter, false) => install_sigaction(handler),
         (Handler::SignalHookBefore, true) | (Handler::SignalHookAfter, false) => {
             signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(flag))?;

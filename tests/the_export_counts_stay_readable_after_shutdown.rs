@@ -32,7 +32,11 @@ fn the_counts_after_a_delivered_run_match_what_the_receiver_got() {
     assert_eq!(receiver.spans().len() as u64, spans.delivered);
     let points = tally.points();
     assert!(points.produced > 0, "{points:?}");
-    assert_eq!(points.delivered + points.lost, points.produced, "{points:?}");
+    assert_eq!(
+        points.delivered + points.lost,
+        points.produced,
+        "{points:?}"
+    );
 }
 
 #[test]
