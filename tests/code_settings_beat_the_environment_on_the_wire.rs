@@ -1,6 +1,6 @@
 //! A setting given in code wins over the same setting in `OTEL_EXPORTER_OTLP_*`, on the
-//! wire: what the receiver gets, for headers, endpoint, compression and timeout, over gRPC
-//! and HTTP.
+//! wire: what the receiver gets, for headers, endpoint, protocol, compression and timeout,
+//! over gRPC and HTTP.
 
 use gpuspan_test_support as support;
 
@@ -80,6 +80,34 @@ fn an_endpoint_set_in_code_is_where_spans_go() {
             other.attempts(),
             0,
             "{protocol:?}: the environment's endpoint was used"
+        );
+    });
+}
+
+#[test]
+fn a_protocol_set_in_code_is_the_one_spoken() {
+    // `to_receiver` sets the receiver's protocol in code; the environment names the other
+    // one, for every signal and for each signal on its own.
+    both_protocols(|protocol| {
+        let other = match protocol {
+            Protocol::Grpc => "http/protobuf",
+            Protocol::Http => "grpc",
+        };
+        let receiver = Receiver::start(protocol);
+        let builder = support::setup::to_receiver(&receiver);
+        one_step(
+            builder,
+            &[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", Some(other)),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", Some(other)),
+                ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", Some(other)),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+        assert_eq!(receiver.spans_named("step").len(), 1, "{protocol:?}");
+        assert!(
+            receiver.metric_requests() > 0,
+            "{protocol:?}: no metric request arrived"
         );
     });
 }
