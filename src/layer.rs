@@ -8,6 +8,11 @@
 //! tracing-opentelemetry is not given that one `record` call: building 15 attributes
 //! through its per-field visitor and the SDK span's lock, on the training thread, was most
 //! of a step's cost.
+//!
+//! Every other field reaches tracing-opentelemetry, with unsigned numbers made integers
+//! first (see `unsigned`).
+
+mod unsigned;
 
 use std::any::TypeId;
 use std::cell::{Cell, RefCell};
@@ -146,13 +151,48 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if unsigned::has_unsigned(|visitor| attrs.record(visitor)) {
+            let metadata = attrs.metadata();
+            let replayed = unsigned::replay(
+                metadata.fields(),
+                |visitor| attrs.record(visitor),
+                |values| {
+                    let attrs = match attrs.parent() {
+                        _ if attrs.is_root() => Attributes::new_root(metadata, values),
+                        Some(parent) => Attributes::child_of(parent.clone(), metadata, values),
+                        None => Attributes::new(metadata, values),
+                    };
+                    self.otel.on_new_span(&attrs, id, ctx.clone());
+                },
+            );
+            if replayed.is_some() {
+                return;
+            }
+        }
         self.otel.on_new_span(attrs, id, ctx);
     }
 
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if !RECORDING_MEMORY.try_with(Cell::get).unwrap_or(false) {
-            self.otel.on_record(span, values, ctx);
+        if RECORDING_MEMORY.try_with(Cell::get).unwrap_or(false) {
+            return;
         }
+        if unsigned::has_unsigned(|visitor| values.record(visitor)) {
+            let fields = ctx.metadata(span).map(|metadata| metadata.fields());
+            let replayed = fields.and_then(|fields| {
+                unsigned::replay(
+                    fields,
+                    |visitor| values.record(visitor),
+                    |replayed| {
+                        self.otel
+                            .on_record(span, &Record::new(replayed), ctx.clone())
+                    },
+                )
+            });
+            if replayed.is_some() {
+                return;
+            }
+        }
+        self.otel.on_record(span, values, ctx);
     }
 
     fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
