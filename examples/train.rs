@@ -229,7 +229,7 @@ fn main() -> ExitCode {
         let e = gpuspan::epoch_span!(epoch, lr = f64::from(args.lr));
         let mut loss_sum = 0.0;
         for step in 0..args.steps {
-            let _s = gpuspan::step_span!(step, batch_size = batch_size as i64);
+            let _s = gpuspan::step_span!(step, batch_size = batch_size);
             let (x, y) = batch(&mut rng, &true_w, batch_size);
             loss_sum += model.train_step(&x, &y, args.lr);
         }

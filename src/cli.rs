@@ -39,7 +39,7 @@ enum Command {
     },
     /// Prints each device's memory every interval until interrupted.
     Watch {
-        /// Time between lines, such as 500ms or 2s.
+        /// Time between lines, such as 500ms or 2s (at least 10ms, at most a day).
         #[arg(long, default_value = "1s", value_parser = parse_interval)]
         every: Duration,
         /// Stop after this many lines (default: never).
@@ -102,22 +102,16 @@ fn parse_protocol(text: &str) -> Result<crate::Protocol, String> {
     }
 }
 
+/// `--every`: the settings' duration grammar (`5ms`, `500us`, `1s`; a bare number is
+/// milliseconds), at least 10 ms. clap names the flag and the value around the message.
 fn parse_interval(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((text, "ms"), |i| text.split_at(i));
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a duration such as 500ms or 2s"))?;
-    let seconds = match unit {
-        "ms" => number / 1e3,
-        "s" => number,
-        _ => return Err(format!("'{text}': use ms or s")),
-    };
-    if seconds < 0.01 {
-        return Err(format!("'{text}' is too short: at least 10ms"));
+    const LEAST: Duration = Duration::from_millis(10);
+    let interval =
+        crate::config::parse::duration(text).map_err(|expected| format!("expected {expected}"))?;
+    if interval < LEAST {
+        return Err("expected at least 10ms, such as 500ms or 2s".to_owned());
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(interval)
 }
 
 /// Runs the command line with `args` (the program name first, as in `std::env::args_os`),

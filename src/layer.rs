@@ -8,6 +8,11 @@
 //! tracing-opentelemetry is not given that one `record` call: building 15 attributes
 //! through its per-field visitor and the SDK span's lock, on the training thread, was most
 //! of a step's cost.
+//!
+//! Every other field reaches tracing-opentelemetry, with unsigned numbers made integers
+//! first (see `unsigned`).
+
+mod unsigned;
 
 use std::any::TypeId;
 use std::cell::{Cell, RefCell};
@@ -75,33 +80,53 @@ pub(crate) fn record_memory_fields(record: impl FnOnce()) {
 /// Spans whose figures wait in their extensions (closed later, possibly elsewhere).
 static PARKED: AtomicUsize = AtomicUsize::new(0);
 
-/// Figures parked in a span's extensions.
-struct Parked(SpanFigures);
+/// Figures parked in a span's extensions; counted in [`PARKED`] until dropped, whether
+/// taken by the close or cleared with a span that closed without them.
+struct Parked(Option<SpanFigures>);
+
+impl Parked {
+    fn new(figures: SpanFigures) -> Self {
+        PARKED.fetch_add(1, Ordering::Relaxed);
+        Self(Some(figures))
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        PARKED.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Exits and drops the guard's span, handing its figures to the close. The close usually
 /// happens right here; when a clone of the span is still alive it comes later, maybe on
 /// another thread, and the figures wait in the span's extensions until then.
+///
+/// The registry reuses a closed span's id for a new span, and the clone may close the span
+/// elsewhere between the drop here and the parking. So the span's slot in the registry is
+/// held from before the drop until the figures are parked: while it is held, no new span
+/// can get the id, and figures parked after a close elsewhere are freed with the slot
+/// instead of landing on another span.
 pub(crate) fn hand_over(span: tracing::span::EnteredSpan, figures: SpanFigures) {
     let span = span.exit();
     let Some(id) = span.id() else { return };
+    let Some(dispatch) = span.with_subscriber(|(_, dispatch)| dispatch.clone()) else {
+        return;
+    };
+    let held = dispatch
+        .downcast_ref::<tracing_subscriber::Registry>()
+        .and_then(|registry| registry.span_data(&id));
     // `try_with`: a guard dropped while the thread's locals are torn down must not panic.
     let _ = WAITING.try_with(|waiting| waiting.borrow_mut().push((id.clone(), figures)));
     drop(span);
     if let Some(figures) = take_waiting(&id) {
-        // Still open: park the figures with the span itself.
-        let mut figures = Some(figures);
-        tracing::dispatcher::get_default(|dispatch| {
-            let Some(figures) = figures.take() else {
-                return;
-            };
-            let registry = dispatch.downcast_ref::<tracing_subscriber::Registry>();
-            if let Some(data) = registry.and_then(|r| r.span_data(&id)) {
-                use tracing_subscriber::registry::SpanData as _;
-                data.extensions_mut().insert(Parked(figures));
-                PARKED.fetch_add(1, Ordering::Relaxed);
-            }
-        });
+        // Not closed here: park the figures with the span itself.
+        if let Some(data) = &held {
+            use tracing_subscriber::registry::SpanData as _;
+            data.extensions_mut().insert(Parked::new(figures));
+        }
     }
+    // A span that closed meanwhile is freed now, with whatever was parked in it.
+    drop(held);
 }
 
 /// The figures of the span whose `on_end` is running, if gpuspan measured it.
@@ -146,13 +171,48 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if unsigned::has_unsigned(|visitor| attrs.record(visitor)) {
+            let metadata = attrs.metadata();
+            let replayed = unsigned::replay(
+                metadata.fields(),
+                |visitor| attrs.record(visitor),
+                |values| {
+                    let attrs = match attrs.parent() {
+                        _ if attrs.is_root() => Attributes::new_root(metadata, values),
+                        Some(parent) => Attributes::child_of(parent.clone(), metadata, values),
+                        None => Attributes::new(metadata, values),
+                    };
+                    self.otel.on_new_span(&attrs, id, ctx.clone());
+                },
+            );
+            if replayed.is_some() {
+                return;
+            }
+        }
         self.otel.on_new_span(attrs, id, ctx);
     }
 
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if !RECORDING_MEMORY.try_with(Cell::get).unwrap_or(false) {
-            self.otel.on_record(span, values, ctx);
+        if RECORDING_MEMORY.try_with(Cell::get).unwrap_or(false) {
+            return;
         }
+        if unsigned::has_unsigned(|visitor| values.record(visitor)) {
+            let fields = ctx.metadata(span).map(|metadata| metadata.fields());
+            let replayed = fields.and_then(|fields| {
+                unsigned::replay(
+                    fields,
+                    |visitor| values.record(visitor),
+                    |replayed| {
+                        self.otel
+                            .on_record(span, &Record::new(replayed), ctx.clone())
+                    },
+                )
+            });
+            if replayed.is_some() {
+                return;
+            }
+        }
+        self.otel.on_record(span, values, ctx);
     }
 
     fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
@@ -179,10 +239,10 @@ where
         let mut figures = take_waiting(&id);
         if figures.is_none() && PARKED.load(Ordering::Relaxed) > 0 {
             if let Some(span) = ctx.span(&id) {
-                figures = span.extensions_mut().remove::<Parked>().map(|p| {
-                    PARKED.fetch_sub(1, Ordering::Relaxed);
-                    p.0
-                });
+                figures = span
+                    .extensions_mut()
+                    .remove::<Parked>()
+                    .and_then(|mut parked| parked.0.take());
             }
         }
         let measured = figures.is_some();

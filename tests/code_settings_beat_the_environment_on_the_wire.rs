@@ -1,13 +1,13 @@
 //! A setting given in code wins over the same setting in `OTEL_EXPORTER_OTLP_*`, on the
-//! wire: what the receiver gets, for headers, endpoint, compression and timeout, over gRPC
-//! and HTTP.
+//! wire: what the receiver gets, for headers, endpoint, protocol, compression and timeout,
+//! over gRPC and HTTP.
 
 use gpuspan_test_support as support;
 
 use std::time::Duration;
 
 use gpuspan::{Builder, Compression};
-use support::receiver::{Protocol, Receiver, RequestHeaders};
+use support::receiver::{Protocol, Receiver, RequestHeaders, Signal};
 
 /// Builds `builder` with `env` set (the environment is read once, at build), runs one
 /// step, and shuts down.
@@ -27,7 +27,7 @@ fn trace_headers(receiver: &Receiver) -> Vec<RequestHeaders> {
     receiver
         .headers()
         .into_iter()
-        .filter(|h| h.signal == support::receiver::Signal::Traces)
+        .filter(|h| h.signal == Signal::Traces)
         .collect()
 }
 
@@ -80,6 +80,34 @@ fn an_endpoint_set_in_code_is_where_spans_go() {
             other.attempts(),
             0,
             "{protocol:?}: the environment's endpoint was used"
+        );
+    });
+}
+
+#[test]
+fn a_protocol_set_in_code_is_the_one_spoken() {
+    // `to_receiver` sets the receiver's protocol in code; the environment names the other
+    // one, for every signal and for each signal on its own.
+    both_protocols(|protocol| {
+        let other = match protocol {
+            Protocol::Grpc => "http/protobuf",
+            Protocol::Http => "grpc",
+        };
+        let receiver = Receiver::start(protocol);
+        let builder = support::setup::to_receiver(&receiver);
+        one_step(
+            builder,
+            &[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", Some(other)),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", Some(other)),
+                ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", Some(other)),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+        assert_eq!(receiver.spans_named("step").len(), 1, "{protocol:?}");
+        assert!(
+            receiver.metric_requests() > 0,
+            "{protocol:?}: no metric request arrived"
         );
     });
 }
@@ -146,12 +174,14 @@ fn a_timeout_set_in_code_is_the_one_requests_use() {
         });
         let _ = telemetry.flush();
         std::thread::sleep(Duration::from_millis(1800));
-        let attempts = receiver.attempts();
+        // Trace requests only: the flush's metric export would make two on its own.
+        let attempts = receiver.attempts_of(Signal::Traces);
         receiver.set_stall(Duration::ZERO);
         drop(telemetry);
         assert!(
             attempts >= 2,
-            "{protocol:?}: {attempts} attempt(s) in 1.8 s: the request was not given up after 300 ms"
+            "{protocol:?}: {attempts} trace request(s) in 1.8 s: the request was not given up \
+             after 300 ms"
         );
     });
 }

@@ -62,3 +62,23 @@ def test_spans_carry_the_scripted_memory(tmp_path, fake_nvml, receiver):
         kv.key: kv.value.string_value for r in receiver.resources for kv in r.attributes
     }["service.name"]
     assert service == "py-train"
+
+
+def test_a_protocol_given_to_init_beats_the_environment(tmp_path, receiver):
+    script = f"""
+import gpuspan
+
+telemetry = gpuspan.init(endpoint={receiver.endpoint!r}, protocol="http/protobuf")
+with gpuspan.step(0):
+    pass
+telemetry.shutdown()
+"""
+    env = clean_env(
+        GPUSPAN_NVML_LIB="/nonexistent/libnvidia-ml.so.1",
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="grpc",
+        OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="grpc",
+    )
+    run_python(script, tmp_path, env)
+    (step,) = receiver.named("step")
+    assert attributes(step)["ml.step"] == 0

@@ -61,6 +61,51 @@ pub enum Compression {
     None,
 }
 
+/// How gpuspan's spans are sampled: always. The per-epoch summary, the leak rules, the
+/// batch-size fit and the peaks are computed from the spans that end, so a span sampled out
+/// would silently drop a step from all of them. Of `OTEL_TRACES_SAMPLER`, `always_on` and
+/// `parentbased_always_on` (the default) are taken; anything else is ignored, with one
+/// warning at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Sampling {
+    /// Every span, whatever its parent decided (`always_on`).
+    AlwaysOn,
+    /// A root span is always sampled, a child follows its parent (`parentbased_always_on`).
+    ParentBasedAlwaysOn {
+        /// A sampler named in the environment and ignored (`name` or `name (arg)`).
+        ignored: Option<String>,
+    },
+}
+
+impl Sampling {
+    /// The SDK sampler, always given so that the SDK does not read the variable itself.
+    pub(crate) fn sampler(&self) -> opentelemetry_sdk::trace::Sampler {
+        use opentelemetry_sdk::trace::Sampler;
+        match self {
+            Sampling::AlwaysOn => Sampler::AlwaysOn,
+            Sampling::ParentBasedAlwaysOn { .. } => {
+                Sampler::ParentBased(Box::new(Sampler::AlwaysOn))
+            }
+        }
+    }
+
+    /// The one warning line for an ignored sampler.
+    pub(crate) fn warning(&self) -> Option<String> {
+        let Sampling::ParentBasedAlwaysOn {
+            ignored: Some(sampler),
+        } = self
+        else {
+            return None;
+        };
+        Some(format!(
+            "gpuspan: warning: {var}={sampler} is ignored: gpuspan keeps every span, because \
+             the peaks, the per-epoch summary, the leak rules and the batch-size fit need every \
+             step; sample in the collector instead, or unset {var}",
+            var = vars::OTEL_TRACES_SAMPLER
+        ))
+    }
+}
+
 /// Which signal a setting is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Signal {
@@ -224,6 +269,7 @@ pub(crate) struct Settings {
     pub(crate) log_filter: Option<String>,
     pub(crate) summary: bool,
     pub(crate) flush_on_signal: bool,
+    pub(crate) sampling: Sampling,
 }
 
 /// Default number of completed spans that may wait for an unreachable destination: a few
@@ -364,7 +410,36 @@ pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
         log_filter,
         summary: code.summary.unwrap_or(true),
         flush_on_signal: code.flush_on_signal.unwrap_or(true),
+        sampling: sampling(),
     })
+}
+
+/// `OTEL_TRACES_SAMPLER`, see [`Sampling`]. Never an error: whatever it says, gpuspan
+/// samples every span.
+fn sampling() -> Sampling {
+    let Some(sampler) = env(vars::OTEL_TRACES_SAMPLER) else {
+        return Sampling::ParentBasedAlwaysOn { ignored: None };
+    };
+    let sampler = sampler.trim();
+    match sampler {
+        "always_on" => Sampling::AlwaysOn,
+        "parentbased_always_on" => Sampling::ParentBasedAlwaysOn { ignored: None },
+        _ => {
+            let shown = match env(vars::OTEL_TRACES_SAMPLER_ARG) {
+                Some(arg) if sampler.ends_with("traceidratio") => {
+                    format!(
+                        "{sampler} ({}={})",
+                        vars::OTEL_TRACES_SAMPLER_ARG,
+                        arg.trim()
+                    )
+                }
+                _ => sampler.to_owned(),
+            };
+            Sampling::ParentBasedAlwaysOn {
+                ignored: Some(shown),
+            }
+        }
+    }
 }
 
 fn default_service_name() -> String {

@@ -33,6 +33,10 @@ pub(crate) const OTEL_EXPORTER_OTLP_METRICS_COMPRESSION: &str =
 /// `otlp`, `console` or `none`, per signal.
 pub(crate) const OTEL_TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
 pub(crate) const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+/// The OpenTelemetry SDK's sampler and its argument: read only to say that gpuspan keeps
+/// every span (see `config::Sampling`).
+pub(crate) const OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+pub(crate) const OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
 /// Milliseconds between metric exports.
 pub(crate) const OTEL_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
 
@@ -92,6 +96,8 @@ pub(crate) const ALL: &[&str] = &[
     OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
     OTEL_TRACES_EXPORTER,
     OTEL_METRICS_EXPORTER,
+    OTEL_TRACES_SAMPLER,
+    OTEL_TRACES_SAMPLER_ARG,
     OTEL_METRIC_EXPORT_INTERVAL,
     GPUSPAN_SAMPLE_INTERVAL,
     GPUSPAN_NVML_LIB,

@@ -166,6 +166,7 @@ impl Diagnosis {
             recorder: Some(Arc::clone(&self.recorder)),
             warned_leak: false,
             warned_budget: false,
+            warned_batch_size: false,
         })]
     }
 

@@ -30,6 +30,7 @@ pub(crate) struct DiagnoseTap {
     pub(crate) recorder: Option<Arc<Recorder>>,
     pub(crate) warned_leak: bool,
     pub(crate) warned_budget: bool,
+    pub(crate) warned_batch_size: bool,
 }
 
 impl SpanTap for DiagnoseTap {
@@ -46,6 +47,10 @@ impl SpanTap for DiagnoseTap {
                 if let (Some(batch), Some(gpu)) = (record.batch_size, record.gpu) {
                     findings.fitter.add(batch, gpu.peak);
                 }
+                if record.batch_size_unreadable && !self.warned_batch_size {
+                    self.warned_batch_size = true;
+                    warn_batch_size(span, record);
+                }
             }
             Role::Epoch(epoch) => {
                 for finding in self.leaks.on_epoch(end) {
@@ -58,6 +63,25 @@ impl SpanTap for DiagnoseTap {
         drop(findings);
         self.place_pending(span, record);
     }
+}
+
+/// The one line for a step whose `batch_size` is not a whole number.
+fn warn_batch_size(span: &SpanData, record: &SpanRecord) {
+    let value = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == "batch_size")
+        .map(|kv| kv.value.as_str().into_owned())
+        .unwrap_or_default();
+    let step = match record.role {
+        Role::Step(step) => step,
+        _ => -1,
+    };
+    eprintln!(
+        "gpuspan: warning: step {step} has batch_size = {value:?}, which is not a whole \
+         number, so the batch-size fit leaves out such steps; give the batch size as an \
+         integer (batch_size = 64)"
+    );
 }
 
 impl DiagnoseTap {

@@ -65,8 +65,10 @@ pub struct SpanRecord {
     pub allocated_peak: Option<i64>,
     /// `gpu.allocator.reserved.peak`.
     pub reserved_peak: Option<i64>,
-    /// `batch_size`, when the span carries one.
+    /// `batch_size`, when the span carries one: an integer, or a string that is one.
     pub batch_size: Option<i64>,
+    /// The span carries a `batch_size` that is not a whole number (the fit leaves it out).
+    pub(crate) batch_size_unreadable: bool,
     /// `gpu.memory.source`.
     pub source: Option<String>,
     /// `gpu.memory.samples`.
@@ -105,7 +107,25 @@ impl SpanRecord {
         let (mut epoch, mut step, mut batch_size, mut samples) = (None, None, None, None);
         let (mut allocated_peak, mut reserved_peak, mut source) = (None, None, None);
         let mut devices: Vec<DeviceFigures> = Vec::new();
+        let mut batch_size_unreadable = false;
         for (key, value) in attributes {
+            if key == "batch_size" {
+                // A string that is a whole number counts: other programs' spans, and runs
+                // recorded before unsigned fields were exported as integers.
+                match value {
+                    Attr::Int(v) => {
+                        batch_size.get_or_insert(v);
+                    }
+                    Attr::Str(s) => match s.trim().parse::<i64>() {
+                        Ok(v) => {
+                            batch_size.get_or_insert(v);
+                        }
+                        Err(_) => batch_size_unreadable = true,
+                    },
+                    Attr::Other => batch_size_unreadable = true,
+                }
+                continue;
+            }
             let v = match value {
                 Attr::Int(v) => v,
                 Attr::Str(s) if key == "gpu.memory.source" => {
@@ -129,7 +149,6 @@ impl SpanRecord {
                 "gpu.memory.samples" => &mut samples,
                 "ml.epoch" => &mut epoch,
                 "ml.step" => &mut step,
-                "batch_size" => &mut batch_size,
                 _ => {
                     if let Some((index, figure)) = device_key(key) {
                         device_figure(&mut devices, index, figure, v);
@@ -162,6 +181,7 @@ impl SpanRecord {
             allocated_peak,
             reserved_peak,
             batch_size,
+            batch_size_unreadable: batch_size_unreadable && batch_size.is_none(),
             source,
             samples,
             error,

@@ -384,7 +384,11 @@ impl Inner {
             queue,
             taps,
             Arc::clone(sampler.shared()),
+            &settings.sampling,
         )?;
+        if let Some(warning) = settings.sampling.warning() {
+            eprintln!("{warning}");
+        }
         let tracer = tracer_provider.tracer("gpuspan");
         let Pipes {
             runtime,

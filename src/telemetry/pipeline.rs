@@ -68,8 +68,11 @@ impl Pipes<'_> {
         queue: QueueConfig,
         taps: Vec<Box<dyn SpanTap>>,
         shared: Arc<crate::sampler::Shared>,
+        sampling: &crate::config::Sampling,
     ) -> Result<SdkTracerProvider, InitError> {
-        let builder = SdkTracerProvider::builder().with_resource(resource.clone());
+        let builder = SdkTracerProvider::builder()
+            .with_resource(resource.clone())
+            .with_sampler(sampling.sampler());
         let timeout = destination.timeout();
         let spawn_error = |source| InitError::Thread {
             what: "span export",

@@ -185,11 +185,15 @@ impl Receiver {
         );
     }
 
-    /// Requests that arrived so far, refused ones included.
+    /// Requests that arrived so far, of both signals, refused ones included.
     pub fn attempts(&self) -> u64 {
-        self.shared
-            .attempts
-            .load(std::sync::atomic::Ordering::SeqCst)
+        self.attempts_of(Signal::Traces) + self.attempts_of(Signal::Metrics)
+    }
+
+    /// Requests of one signal that arrived so far, refused ones included: a guard about
+    /// span exports must not count the metric exports that a flush or a shutdown sends.
+    pub fn attempts_of(&self, signal: Signal) -> u64 {
+        self.shared.attempts[signal as usize].load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Forgets everything received so far (requests and headers).
@@ -582,15 +586,15 @@ struct Shared {
     failing: std::sync::atomic::AtomicBool,
     /// Milliseconds to hold each request before answering.
     stall_ms: std::sync::atomic::AtomicU64,
-    /// Requests that arrived, refused ones included.
-    attempts: std::sync::atomic::AtomicU64,
+    /// Requests that arrived, refused ones included, per [`Signal`] (traces first).
+    attempts: [std::sync::atomic::AtomicU64; 2],
 }
 
 impl Shared {
     /// Counts the attempt, waits the stall, and says whether to refuse it.
-    async fn admit(&self) -> bool {
+    async fn admit(&self, signal: Signal) -> bool {
         use std::sync::atomic::Ordering;
-        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.attempts[signal as usize].fetch_add(1, Ordering::SeqCst);
         let stall = self.stall_ms.load(Ordering::SeqCst);
         if stall > 0 {
             tokio::time::sleep(Duration::from_millis(stall)).await;
@@ -689,7 +693,7 @@ impl TraceService for GrpcService {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        if !self.shared.admit().await {
+        if !self.shared.admit(Signal::Traces).await {
             return Err(tonic::Status::unavailable("the test collector is down"));
         }
         let headers = grpc_headers(Signal::Traces, &request);
@@ -704,7 +708,7 @@ impl MetricsService for GrpcService {
         &self,
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        if !self.shared.admit().await {
+        if !self.shared.admit(Signal::Metrics).await {
             return Err(tonic::Status::unavailable("the test collector is down"));
         }
         let headers = grpc_headers(Signal::Metrics, &request);
@@ -736,7 +740,7 @@ async fn http_traces(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    if !shared.admit().await {
+    if !shared.admit(Signal::Traces).await {
         return Err((
             HttpStatus::SERVICE_UNAVAILABLE,
             "the test collector is down".into(),
@@ -754,7 +758,7 @@ async fn http_metrics(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    if !shared.admit().await {
+    if !shared.admit(Signal::Metrics).await {
         return Err((
             HttpStatus::SERVICE_UNAVAILABLE,
             "the test collector is down".into(),

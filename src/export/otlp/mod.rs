@@ -48,7 +48,9 @@ fn build_error(signal: &'static str, target: &OtlpTarget, error: impl ToString) 
 /// Applies `target` to an OTLP exporter builder of either signal: what was resolved is
 /// what goes on the wire. opentelemetry-otlp would merge `OTEL_EXPORTER_OTLP_*HEADERS`
 /// over the headers it is given, so the resolved headers are set again on every request
-/// (an interceptor for gRPC, a client wrapper for HTTP), after anything it added.
+/// (an interceptor for gRPC, a client wrapper for HTTP), after anything it added. It also
+/// reads `OTEL_EXPORTER_OTLP_*PROTOCOL` for any protocol it is not given, so the protocol
+/// is always given.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 macro_rules! configure {
     ($builder:expr, $target:expr, $signal:literal) => {{
@@ -61,6 +63,7 @@ macro_rules! configure {
                     grpc::metadata(target).map_err(|e| build_error($signal, target, e))?;
                 let builder = $builder
                     .with_tonic()
+                    .with_protocol(opentelemetry_otlp::Protocol::Grpc)
                     .with_endpoint(target.endpoint.clone())
                     .with_timeout(target.timeout)
                     .with_interceptor(grpc::OverrideHeaders(headers));
@@ -79,6 +82,7 @@ macro_rules! configure {
                     http::WireClient::new(target).map_err(|e| build_error($signal, target, e))?;
                 $builder
                     .with_http()
+                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                     .with_endpoint(target.endpoint.clone())
                     .with_timeout(target.timeout)
                     .with_http_client(client)
