@@ -58,6 +58,10 @@ impl SpanTap for DiagnoseTap {
         drop(findings);
         self.place_pending(span, record);
     }
+
+    fn name(&self) -> &'static str {
+        "diagnosis"
+    }
 }
 
 impl DiagnoseTap {
