@@ -249,9 +249,7 @@ impl Diagnosis {
             });
         }
         let limit = self.limits.get().and_then(Limits::batch_limit);
-        if let Some(fit) = findings.fitter.fit(limit) {
-            notes.push(fit.describe());
-        }
+        notes.extend(batch_fit::summary_line(&findings.fitter, limit));
         let near = self.counts.near_oom.load(Ordering::Relaxed);
         let oom = self.counts.oom.load(Ordering::Relaxed);
         if near + oom > 0 {

@@ -58,8 +58,8 @@ impl RunReader {
     /// Adds the marks and the fit (no device total is known here, so no largest batch).
     pub(crate) fn finish(self, summary: &mut RunSummary) {
         summary.marks.extend(self.marks);
-        if let Some(fit) = self.fitter.fit(None) {
-            summary.notes.push(fit.describe());
-        }
+        summary
+            .notes
+            .extend(super::batch_fit::summary_line(&self.fitter, None));
     }
 }
