@@ -175,10 +175,11 @@ impl BatchFit {
     pub(crate) fn describe(&self) -> String {
         let bytes = crate::runlog::format_bytes;
         let mut line = format!(
-            "batch-size fit: step peak = {} + {} per sample ({} B; error {}, {} steps, {} \
-             batch sizes)",
+            "batch-size fit: step peak = {} + {} per sample ({} B + {} B; error {}, {} steps, \
+             {} batch sizes)",
             bytes(self.fixed_bytes),
             bytes(self.per_sample_bytes),
+            self.fixed_bytes,
             self.per_sample_bytes,
             bytes(self.error_bytes),
             self.steps,
