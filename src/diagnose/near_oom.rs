@@ -600,7 +600,9 @@ fn write_job(job: &Job) -> std::io::Result<()> {
     let mut file = std::io::BufWriter::new(std::fs::File::create(&job.path)?);
     serde_json::to_writer(&mut file, &body)?;
     file.write_all(b"\n")?;
-    file.into_inner().map_err(|e| e.into_error())?.sync_all()
+    // Written, not synced: the page cache outlives the process (what an out-of-memory
+    // error may end), and an fsync on a busy disk stalls the sampler's ticks with it.
+    file.flush()
 }
 
 /// Keeps the ring on the sampler thread.
