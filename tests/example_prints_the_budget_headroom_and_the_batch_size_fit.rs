@@ -44,8 +44,8 @@ fn the_summary_says_the_headroom_and_the_fit() {
     // Memory does not change with the batch size here: all of it is fixed.
     assert!(
         stderr.contains(
-            "batch-size fit: step peak = 2.0 GiB + 0 B per sample (0 B; error 0 B, 6 steps, 2 \
-             batch sizes)"
+            "batch-size fit: step peak = 2.0 GiB + 0 B per sample (2147483648 B + 0 B; error 0 \
+             B, 6 steps, 2 batch sizes)"
         ),
         "{stderr}"
     );

@@ -1,6 +1,6 @@
 //! The batch-size fit over step spans that carry `batch_size`: on a scripted run with
 //! three batch sizes, `Telemetry::batch_fit` gives the fixed and per-sample bytes exactly,
-//! and the largest batch that fits the device; `gpuspan report`'s summary prints the fit.
+//! and the largest batch that fits the device; `gpuspan report`'s summary prints the same fit.
 //! A batch size given as `usize` or `u64` is fitted the same; one that is not a number is
 //! left out, with one warning.
 
@@ -56,13 +56,15 @@ fn three_batch_sizes_give_the_per_sample_bytes_exactly() {
     );
 
     let summary = gpuspan::runlog::read_run(&runs.path().join("fit")).unwrap();
+    // The same fit, fitted to the device's total that the run recorded.
+    assert_eq!(summary.batch_fit, Some(fit));
     assert_eq!(
         summary.notes,
-        vec![
-            "batch-size fit: step peak = 2.8 GiB + 11.8 MiB per sample (12345679 B; error 0 B, \
-              9 steps, 3 batch sizes)"
-                .to_owned()
-        ]
+        vec![format!(
+            "batch-size fit: step peak = 2.8 GiB + 11.8 MiB per sample (3000000017 B + \
+             12345679 B; error 0 B, 9 steps, 3 batch sizes); largest batch within 80.0 GiB: {}",
+            (TOTAL - FIXED) / PER_SAMPLE
+        )]
     );
 }
 

@@ -4,7 +4,9 @@ A caching allocator (PyTorch's) keeps one peak counter per device. A peak stack 
 every open span its own exact peak from that single counter: when a span opens, the
 counter's peak so far is folded into the enclosing span and the counter is reset; when it
 closes, its peak (the counter, and what its children folded in) is folded into the
-enclosing span. No sampling: an allocation that lives for a microsecond is in the peak.
+enclosing span. A span that closes while spans opened after it are still open (interleaved
+asyncio tasks) also takes in what those hold so far. No sampling: an allocation that lives
+for a microsecond is in the peak.
 """
 
 
@@ -98,6 +100,10 @@ class PeakStack:
         while i >= 0 and frames[i] is not frame:
             i -= 1
         if i >= 0:
+            # Closed before spans opened after it (interleaved asyncio tasks): what those
+            # still-open frames hold so far happened while this span was open too.
+            for above in frames[i + 1 :]:
+                _fold(frame, above.peak_allocated, above.peak_reserved)
             del frames[i]
             if i > 0:
                 _fold(frames[i - 1], frame.peak_allocated, frame.peak_reserved)

@@ -24,6 +24,10 @@ pub struct BatchFit {
 }
 
 /// Collects `(batch_size, step peak)` pairs and fits them.
+///
+/// The sums are exact integers, so a scripted line comes back to the byte. Figures whose
+/// sums or products an `i128` cannot hold (batch sizes near `i64::MAX`) are not fitted: the
+/// fit then says it cannot be made, on any input, rather than overflow.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct BatchFitter {
     n: i128,
@@ -33,53 +37,112 @@ pub(crate) struct BatchFitter {
     sxy: i128,
     syy: i128,
     sizes: Vec<i64>,
+    /// A step's figures did not fit the exact sums: no fit is made.
+    too_large: bool,
+}
+
+/// Why no fit was made although steps of two batch sizes were seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TooLarge;
+
+impl TooLarge {
+    /// The summary's line in place of the fit.
+    pub(crate) fn describe(self) -> String {
+        "batch-size fit: not made: the steps' batch sizes or peaks are too large to fit \
+         exactly"
+            .to_owned()
+    }
+}
+
+/// The summary's line for a fitter's outcome, if any.
+pub(crate) fn summary_line(fitter: &BatchFitter, limit: Option<i64>) -> Option<String> {
+    match fitter.try_fit(limit) {
+        Ok(fit) => fit.map(|fit| fit.describe()),
+        Err(too_large) => Some(too_large.describe()),
+    }
 }
 
 impl BatchFitter {
     /// One step that ran a batch of `batch_size` and peaked at `peak` bytes.
     pub(crate) fn add(&mut self, batch_size: i64, peak: i64) {
-        if batch_size <= 0 || peak < 0 {
+        if batch_size <= 0 || peak < 0 || self.too_large {
             return;
         }
         let (x, y) = (i128::from(batch_size), i128::from(peak));
+        let sums = (|| {
+            Some([
+                self.sx.checked_add(x)?,
+                self.sy.checked_add(y)?,
+                self.sxx.checked_add(x.checked_mul(x)?)?,
+                self.sxy.checked_add(x.checked_mul(y)?)?,
+                self.syy.checked_add(y.checked_mul(y)?)?,
+            ])
+        })();
+        let Some([sx, sy, sxx, sxy, syy]) = sums else {
+            self.too_large = true;
+            return;
+        };
+        (self.sx, self.sy, self.sxx, self.sxy, self.syy) = (sx, sy, sxx, sxy, syy);
         self.n += 1;
-        self.sx += x;
-        self.sy += y;
-        self.sxx += x * x;
-        self.sxy += x * y;
-        self.syy += y * y;
         if !self.sizes.contains(&batch_size) && self.sizes.len() < 1024 {
             self.sizes.push(batch_size);
         }
     }
 
-    /// The fit, once steps of at least two batch sizes were seen. Sums are kept as exact
-    /// integers, so a scripted line comes back to the byte.
+    /// The fit, once steps of at least two batch sizes were seen.
     pub(crate) fn fit(&self, limit: Option<i64>) -> Option<BatchFit> {
+        self.try_fit(limit).ok().flatten()
+    }
+
+    /// The fit (`None`: fewer than two batch sizes), or why the figures cannot be fitted.
+    pub(crate) fn try_fit(&self, limit: Option<i64>) -> Result<Option<BatchFit>, TooLarge> {
+        if self.too_large {
+            return Err(TooLarge);
+        }
         if self.sizes.len() < 2 {
-            return None;
+            return Ok(None);
         }
+        self.solve(limit).ok_or(TooLarge)
+    }
+
+    /// Least squares in exact integers; `None` where a figure overflows.
+    fn solve(&self, limit: Option<i64>) -> Option<Option<BatchFit>> {
         let n = self.n;
-        let denominator = n * self.sxx - self.sx * self.sx;
+        let denominator = n
+            .checked_mul(self.sxx)?
+            .checked_sub(self.sx.checked_mul(self.sx)?)?;
         if denominator == 0 {
-            return None;
+            return Some(None);
         }
-        let numerator = n * self.sxy - self.sx * self.sy;
-        let per_sample = div_round(numerator, denominator);
-        let fixed = div_round(self.sy - per_sample * self.sx, n);
+        let numerator = n
+            .checked_mul(self.sxy)?
+            .checked_sub(self.sx.checked_mul(self.sy)?)?;
+        let b = div_round(numerator, denominator)?;
+        let a = div_round(self.sy.checked_sub(b.checked_mul(self.sx)?)?, n)?;
         // Sum of squared residuals from the sums: Σ(y - a - b·x)².
-        let (a, b) = (fixed, per_sample);
-        let sse = self.syy + n * a * a + b * b * self.sxx - 2 * a * self.sy - 2 * b * self.sxy
-            + 2 * a * b * self.sx;
+        let terms = [
+            self.syy,
+            n.checked_mul(a)?.checked_mul(a)?,
+            b.checked_mul(b)?.checked_mul(self.sxx)?,
+            a.checked_mul(self.sy)?.checked_mul(-2)?,
+            b.checked_mul(self.sxy)?.checked_mul(-2)?,
+            a.checked_mul(b)?.checked_mul(self.sx)?.checked_mul(2)?,
+        ];
+        let sse = terms
+            .into_iter()
+            .try_fold(0i128, |sum, term| sum.checked_add(term))?;
         let error = ((sse.max(0) as f64) / n as f64).sqrt().round() as i64;
-        let per_sample = i64::try_from(per_sample).ok()?;
-        let fixed = i64::try_from(fixed).ok()?;
+        let per_sample = i64::try_from(b).ok()?;
+        let fixed = i64::try_from(a).ok()?;
         let max_batch_size = match limit {
-            Some(limit) if per_sample > 0 && limit > fixed => Some((limit - fixed) / per_sample),
+            Some(limit) if per_sample > 0 && limit > fixed => {
+                let room = i128::from(limit) - i128::from(fixed);
+                i64::try_from(room / i128::from(per_sample)).ok()
+            }
             Some(_) if per_sample > 0 => Some(0),
             _ => None,
         };
-        Some(BatchFit {
+        Some(Some(BatchFit {
             fixed_bytes: fixed,
             per_sample_bytes: per_sample,
             error_bytes: error,
@@ -87,22 +150,24 @@ impl BatchFitter {
             batch_sizes: self.sizes.len(),
             limit_bytes: limit,
             max_batch_size,
-        })
+        }))
     }
 }
 
-/// Integer division rounded to the nearest (halves away from zero).
-fn div_round(numerator: i128, denominator: i128) -> i128 {
+/// Integer division rounded to the nearest (halves away from zero); `None` on overflow.
+fn div_round(numerator: i128, denominator: i128) -> Option<i128> {
     let (numerator, denominator) = if denominator < 0 {
-        (-numerator, -denominator)
+        (numerator.checked_neg()?, denominator.checked_neg()?)
     } else {
         (numerator, denominator)
     };
-    if numerator >= 0 {
-        (numerator + denominator / 2) / denominator
+    let half = denominator / 2;
+    let shifted = if numerator >= 0 {
+        numerator.checked_add(half)?
     } else {
-        (numerator - denominator / 2) / denominator
-    }
+        numerator.checked_sub(half)?
+    };
+    shifted.checked_div(denominator)
 }
 
 impl BatchFit {
@@ -110,10 +175,11 @@ impl BatchFit {
     pub(crate) fn describe(&self) -> String {
         let bytes = crate::runlog::format_bytes;
         let mut line = format!(
-            "batch-size fit: step peak = {} + {} per sample ({} B; error {}, {} steps, {} \
-             batch sizes)",
+            "batch-size fit: step peak = {} + {} per sample ({} B + {} B; error {}, {} steps, \
+             {} batch sizes)",
             bytes(self.fixed_bytes),
             bytes(self.per_sample_bytes),
+            self.fixed_bytes,
             self.per_sample_bytes,
             bytes(self.error_bytes),
             self.steps,
@@ -166,10 +232,63 @@ mod tests {
     }
 
     #[test]
+    fn batch_sizes_near_the_integer_limit_say_the_fit_cannot_be_made() {
+        let mut fitter = BatchFitter::default();
+        for step in 0..4 {
+            fitter.add(i64::MAX - step, 10 << 30);
+        }
+        assert_eq!(fitter.try_fit(Some(80 << 30)), Err(TooLarge));
+        assert_eq!(fitter.fit(None), None);
+        // Peaks near the limit too, and both at once.
+        let mut fitter = BatchFitter::default();
+        fitter.add(1, i64::MAX);
+        fitter.add(2, i64::MAX);
+        fitter.add(i64::MAX, i64::MAX);
+        assert_eq!(fitter.try_fit(None), Err(TooLarge));
+    }
+
+    #[test]
     fn one_batch_size_cannot_be_fitted() {
         let mut fitter = BatchFitter::default();
         fitter.add(32, 1 << 30);
         fitter.add(32, 1 << 30);
         assert_eq!(fitter.fit(None), None);
+    }
+
+    proptest::proptest! {
+        /// Any figures at all: adding and fitting never panic (overflow checks are on in
+        /// tests), and a fit that is made keeps its limit and counts.
+        #[test]
+        fn any_steps_fit_or_say_they_cannot(
+            steps in proptest::collection::vec((proptest::num::i64::ANY, proptest::num::i64::ANY), 0..12),
+            limit in proptest::option::of(proptest::num::i64::ANY),
+        ) {
+            let mut fitter = BatchFitter::default();
+            for &(batch, peak) in &steps {
+                fitter.add(batch, peak);
+            }
+            if let Ok(Some(fit)) = fitter.try_fit(limit) {
+                proptest::prop_assert_eq!(fit.limit_bytes, limit);
+                proptest::prop_assert!(fit.batch_sizes >= 2);
+                proptest::prop_assert!(fit.error_bytes >= 0);
+                proptest::prop_assert!(fit.max_batch_size.is_none_or(|m| m >= 0));
+            }
+        }
+
+        /// Steps on a line of realistic figures come back exactly.
+        #[test]
+        fn steps_on_a_line_come_back_to_the_byte(
+            fixed in 0i64..(1 << 40),
+            per_sample in 0i64..(1 << 30),
+            sizes in proptest::collection::btree_set(1i64..100_000, 2..6),
+        ) {
+            let mut fitter = BatchFitter::default();
+            for &batch in &sizes {
+                fitter.add(batch, fixed + per_sample * batch);
+            }
+            let fit = fitter.fit(Some(i64::MAX)).expect("two batch sizes or more");
+            proptest::prop_assert_eq!((fit.fixed_bytes, fit.per_sample_bytes), (fixed, per_sample));
+            proptest::prop_assert_eq!(fit.error_bytes, 0);
+        }
     }
 }

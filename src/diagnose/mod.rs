@@ -71,23 +71,30 @@ pub(crate) struct Findings {
     over_budget: u64,
 }
 
+/// File in the run directory that keeps every device's total and budget, so that
+/// `gpuspan report` fits the batch size to what the run fitted it to.
+pub(crate) const LIMITS_FILE: &str = "limits.json";
+
 /// One device's total and budget in bytes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(crate) struct DeviceLimit {
     index: u32,
+    #[serde(rename = "total_bytes")]
     total: Option<u64>,
+    #[serde(rename = "budget_bytes")]
     budget: Option<u64>,
 }
 
 /// Every device's limits, read once the sampler has taken its first reading.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Limits {
     devices: Vec<DeviceLimit>,
 }
 
 impl Limits {
-    /// What the batch-size fit is fitted to: the budget summed over the devices if set,
-    /// else their total.
+    /// What the batch-size fit is fitted to, consistently with the step peak it fits (the
+    /// memory used summed over the devices in scope): the budget summed over those devices
+    /// if set, else their total.
     fn batch_limit(&self) -> Option<i64> {
         if self.devices.is_empty() {
             return None;
@@ -153,6 +160,16 @@ impl Diagnosis {
         self.recorder
             .set_device_indexes(devices.iter().map(|d| d.index).collect());
         let _ = self.limits.set(Limits { devices });
+    }
+
+    /// Writes the devices' totals and budgets to the run directory, for `gpuspan report`.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub(crate) fn write_limits(&self, run_dir: &std::path::Path) -> std::io::Result<()> {
+        let limits = self.limits.get().cloned().unwrap_or_default();
+        let text = serde_json::to_string(&limits).map_err(std::io::Error::other)?;
+        std::fs::write(run_dir.join(LIMITS_FILE), text + "\n")
     }
 
     /// The span taps for the export pipeline (one: diagnosis keeps one state per run).
@@ -250,9 +267,7 @@ impl Diagnosis {
             });
         }
         let limit = self.limits.get().and_then(Limits::batch_limit);
-        if let Some(fit) = findings.fitter.fit(limit) {
-            notes.push(fit.describe());
-        }
+        notes.extend(batch_fit::summary_line(&findings.fitter, limit));
         let near = self.counts.near_oom.load(Ordering::Relaxed);
         let oom = self.counts.oom.load(Ordering::Relaxed);
         if near + oom > 0 {
@@ -269,6 +284,13 @@ impl Diagnosis {
     pub(crate) fn stop(&self) {
         self.recorder.stop();
     }
+}
+
+/// What the batch-size fit of the run in `run_dir` is fitted to, by the run's own rule
+/// (`None`: the run recorded no limits, or no device had a total).
+pub(crate) fn read_batch_limit(run_dir: &std::path::Path) -> Option<i64> {
+    let text = std::fs::read_to_string(run_dir.join(LIMITS_FILE)).ok()?;
+    serde_json::from_str::<Limits>(&text).ok()?.batch_limit()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -1,8 +1,13 @@
 //! The near-OOM flight recorder: the last seconds of samples at full resolution in a
 //! bounded ring, kept on the sampler thread. When a device crosses a fraction of its total,
 //! or the program reports an out-of-memory error, the ring and every open span go to
-//! `near-oom-<time>.json` in the run directory (written by a thread of its own), and an
-//! event waits for the innermost open span to pass the export tap.
+//! `near-oom-<time>.json` in the run directory, and an event waits for the innermost open
+//! span to pass the export tap.
+//!
+//! Threading: the sampler thread pushes each tick into the ring under its lock. A finding
+//! copies the ring's columns out under that lock (a few `memcpy`s) and hands the copy to
+//! the recorder's own thread, which builds and writes the JSON: sampling never waits for a
+//! file, and is not held back most exactly when memory is near its limit.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -13,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
-use serde_json::json;
+use serde::Serialize;
 
 use super::open_spans::{OpenSpan, OpenSpans};
 use super::Counts;
@@ -27,43 +32,113 @@ pub(crate) const OOM_EVENT: &str = "gpu.memory.oom";
 /// Findings kept while they wait for their span.
 const MAX_PENDING: usize = 64;
 
-/// One sampler tick as the ring keeps it.
-#[derive(Debug, Clone, Default)]
-struct Row {
-    unix_nanos: u64,
-    used: Vec<Option<u64>>,
-    totals: Vec<Option<u64>>,
-    process_gpu: Option<u64>,
-    allocated: Option<u64>,
-    reserved: Option<u64>,
-}
-
-/// The last `window` of ticks. Rows are reused, so a full ring allocates nothing.
-#[derive(Debug)]
+/// The last `window` of ticks, column by column, so that a finding copies it out in a few
+/// slice copies. A full ring reuses its buffers and allocates nothing.
+#[derive(Debug, Default)]
 struct Ring {
-    rows: VecDeque<Row>,
     window_nanos: u64,
+    times: VecDeque<u64>,
+    /// One column per device.
+    used: Vec<VecDeque<Option<u64>>>,
+    process_gpu: VecDeque<Option<u64>>,
+    allocated: VecDeque<Option<u64>>,
+    reserved: VecDeque<Option<u64>>,
+    /// The latest tick's totals.
+    totals: Vec<Option<u64>>,
     /// Per device: armed until it crosses, re-armed once it falls back below.
     armed: Vec<bool>,
 }
 
 impl Ring {
-    fn push(&mut self, tick: &Tick<'_>) {
-        let horizon = tick.unix_nanos.saturating_sub(self.window_nanos);
-        let mut spare = None;
-        while self.rows.front().is_some_and(|r| r.unix_nanos < horizon) {
-            spare = self.rows.pop_front();
+    fn new(window_nanos: u64) -> Self {
+        Self {
+            window_nanos,
+            ..Self::default()
         }
-        let mut row = spare.unwrap_or_default();
-        row.unix_nanos = tick.unix_nanos;
-        row.used.clear();
-        row.used.extend_from_slice(tick.devices);
-        row.totals.clear();
-        row.totals.extend_from_slice(tick.totals);
-        row.process_gpu = tick.process_gpu;
-        row.allocated = tick.allocated;
-        row.reserved = tick.reserved;
-        self.rows.push_back(row);
+    }
+
+    fn push(&mut self, tick: &Tick<'_>) {
+        if tick.devices.len() != self.used.len() {
+            // The device list is fixed for a sampler's life; a change starts afresh.
+            *self = Self::new(self.window_nanos);
+            self.used = vec![VecDeque::new(); tick.devices.len()];
+        }
+        let horizon = tick.unix_nanos.saturating_sub(self.window_nanos);
+        let mut old = 0;
+        while self.times.get(old).is_some_and(|&t| t < horizon) {
+            old += 1;
+        }
+        if old > 0 {
+            self.times.drain(..old);
+            for column in &mut self.used {
+                column.drain(..old);
+            }
+            self.process_gpu.drain(..old);
+            self.allocated.drain(..old);
+            self.reserved.drain(..old);
+        }
+        self.times.push_back(tick.unix_nanos);
+        for (column, used) in self.used.iter_mut().zip(tick.devices) {
+            column.push_back(*used);
+        }
+        self.process_gpu.push_back(tick.process_gpu);
+        self.allocated.push_back(tick.allocated);
+        self.reserved.push_back(tick.reserved);
+        self.totals.clear();
+        self.totals.extend_from_slice(tick.totals);
+    }
+
+    /// An owned copy of the ring, for the writer thread.
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            times: copy(&self.times),
+            used: self.used.iter().map(copy).collect(),
+            process_gpu: copy(&self.process_gpu),
+            allocated: copy(&self.allocated),
+            reserved: copy(&self.reserved),
+            totals: self.totals.clone(),
+        }
+    }
+}
+
+/// A ring's contents in one piece each: slice copies, not element by element.
+fn copy<T: Copy>(column: &VecDeque<T>) -> Vec<T> {
+    let (front, back) = column.as_slices();
+    let mut out = Vec::with_capacity(front.len() + back.len());
+    out.extend_from_slice(front);
+    out.extend_from_slice(back);
+    out
+}
+
+/// The ring as it stood at a finding, owned by the finding.
+#[derive(Debug, Default)]
+struct Snapshot {
+    times: Vec<u64>,
+    /// One column per device.
+    used: Vec<Vec<Option<u64>>>,
+    process_gpu: Vec<Option<u64>>,
+    allocated: Vec<Option<u64>>,
+    reserved: Vec<Option<u64>>,
+    totals: Vec<Option<u64>>,
+}
+
+impl Snapshot {
+    fn devices(&self) -> usize {
+        self.used.len()
+    }
+
+    /// Device `device`'s figure at every tick, oldest first.
+    fn column(&self, device: usize) -> &[Option<u64>] {
+        self.used.get(device).map_or(&[], Vec::as_slice)
+    }
+
+    /// The latest figure of `device`.
+    fn last_used(&self, device: usize) -> Option<u64> {
+        self.column(device).last().copied().flatten()
+    }
+
+    fn total(&self, device: usize) -> Option<u64> {
+        self.totals.get(device).copied().flatten()
     }
 }
 
@@ -75,13 +150,124 @@ pub(crate) struct PendingEvent {
     pub(crate) attributes: Vec<KeyValue>,
 }
 
-/// What one finding writes.
+/// What one finding writes: everything the file says, owned, so that the writer thread
+/// builds the JSON.
 struct Job {
     path: PathBuf,
-    body: serde_json::Value,
+    event: &'static str,
+    unix_nanos: u64,
+    message: Option<String>,
+    threshold: f64,
+    /// Position of the device in the sampler's order.
+    device: usize,
+    /// NVML index of every device, in the sampler's order.
+    indexes: Vec<i64>,
+    used: Option<u64>,
+    limit: Option<u64>,
+    rise: Option<(u64, u64)>,
+    rise_span: Option<String>,
+    open: Vec<OpenSpan>,
+    /// Shared by the findings of one tick.
+    ring: Arc<Snapshot>,
     /// The warning line printed once the file is written.
     warning: String,
     done: Option<SyncSender<()>>,
+}
+
+impl Job {
+    /// The file's contents, borrowed from the job: written straight out, with no JSON tree
+    /// of the window built in memory first.
+    fn body(&self) -> Body<'_> {
+        Body {
+            event: self.event,
+            time_unix_nano: self.unix_nanos,
+            message: self.message.as_deref(),
+            threshold: self.threshold,
+            device: DeviceBody {
+                index: self.indexes.get(self.device).copied(),
+                used: self.used,
+                limit: self.limit,
+            },
+            rise: RiseBody {
+                start_unix_nano: self.rise.map(|r| r.0),
+                from: self.rise.map(|r| r.1),
+                span: self.rise_span.as_deref(),
+            },
+            open_spans: self
+                .open
+                .iter()
+                .map(|s| OpenSpanBody {
+                    name: s.name,
+                    index: s.index.map(|i| i.1),
+                    start_unix_nano: s.start_unix_nanos,
+                })
+                .collect(),
+            timeline: TimelineBody {
+                unix_nano: &self.ring.times,
+                devices: (0..self.ring.devices())
+                    .map(|d| DeviceColumn {
+                        index: self.indexes.get(d).copied().unwrap_or(d as i64),
+                        used: self.ring.column(d),
+                        limit: self.ring.total(d),
+                    })
+                    .collect(),
+                process_gpu: &self.ring.process_gpu,
+                allocated: &self.ring.allocated,
+                reserved: &self.ring.reserved,
+            },
+        }
+    }
+}
+
+/// `near-oom-<time>.json`.
+#[derive(Serialize)]
+struct Body<'a> {
+    event: &'static str,
+    time_unix_nano: u64,
+    message: Option<&'a str>,
+    threshold: f64,
+    device: DeviceBody,
+    rise: RiseBody<'a>,
+    open_spans: Vec<OpenSpanBody>,
+    timeline: TimelineBody<'a>,
+}
+
+#[derive(Serialize)]
+struct DeviceBody {
+    index: Option<i64>,
+    used: Option<u64>,
+    limit: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct RiseBody<'a> {
+    start_unix_nano: Option<u64>,
+    from: Option<u64>,
+    span: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct OpenSpanBody {
+    name: &'static str,
+    index: Option<i64>,
+    start_unix_nano: u64,
+}
+
+/// The ring as columns: times, then each figure per device.
+#[derive(Serialize)]
+struct TimelineBody<'a> {
+    unix_nano: &'a [u64],
+    devices: Vec<DeviceColumn<'a>>,
+    process_gpu: &'a [Option<u64>],
+    allocated: &'a [Option<u64>],
+    reserved: &'a [Option<u64>],
+}
+
+#[derive(Serialize)]
+struct DeviceColumn<'a> {
+    index: i64,
+    used: &'a [Option<u64>],
+    limit: Option<u64>,
 }
 
 /// Shared by the ring observer (sampler thread), the span tap (export thread),
@@ -121,13 +307,15 @@ impl Recorder {
         let (sender, receiver) = mpsc::sync_channel::<Job>(8);
         let thread = std::thread::Builder::new()
             .name("gpuspan-near-oom".into())
-            .spawn(move || write_jobs(&receiver))?;
+            .spawn(move || {
+                // Writing a window of JSON takes a while: the sampler comes first.
+                crate::export::lowest_priority();
+                write_jobs(&receiver);
+            })?;
         let recorder = Arc::new(Self {
-            ring: Mutex::new(Ring {
-                rows: VecDeque::new(),
-                window_nanos: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
-                armed: Vec::new(),
-            }),
+            ring: Mutex::new(Ring::new(
+                u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+            )),
             threshold,
             open_spans,
             pending: Mutex::new(Vec::new()),
@@ -163,13 +351,15 @@ impl Recorder {
         lock(&self.pending)
     }
 
-    /// The sampler took a reading: keep it, and check the threshold.
+    /// The sampler took a reading: keep it, and check the threshold. A crossing copies the
+    /// ring out and leaves the file to the writer thread.
     fn on_tick(&self, tick: &Tick<'_>) {
         let mut ring = lock(&self.ring);
         ring.push(tick);
         if ring.armed.len() != tick.devices.len() {
             ring.armed = vec![true; tick.devices.len()];
         }
+        let mut crossed = Vec::new();
         for (device, (used, total)) in tick.devices.iter().zip(tick.totals).enumerate() {
             let (Some(used), Some(total)) = (*used, *total) else {
                 continue;
@@ -177,10 +367,25 @@ impl Recorder {
             let over = total > 0 && used as f64 >= self.threshold * total as f64;
             if over && ring.armed[device] {
                 ring.armed[device] = false;
-                let _ = self.found(&ring, NEAR_OOM_EVENT, device, tick.unix_nanos, None, false);
+                crossed.push(device);
             } else if !over {
                 ring.armed[device] = true;
             }
+        }
+        if crossed.is_empty() {
+            return;
+        }
+        let snapshot = Arc::new(ring.snapshot());
+        drop(ring);
+        for device in crossed {
+            let _ = self.found(
+                &snapshot,
+                NEAR_OOM_EVENT,
+                device,
+                tick.unix_nanos,
+                None,
+                false,
+            );
         }
     }
 
@@ -203,25 +408,21 @@ impl Recorder {
         let Some(ring) = ring else {
             return;
         };
-        let finished = self.oom_finding(&ring, message);
+        let snapshot = Arc::new(ring.snapshot());
         drop(ring);
+        let finished = self.oom_finding(&snapshot, message);
         // Waited for with the ring unlocked: the sampler keeps sampling meanwhile.
         if let Some(finished) = finished {
             let _ = finished.recv_timeout(Duration::from_secs(5));
         }
     }
 
-    fn oom_finding(&self, ring: &Ring, message: &str) -> Option<Receiver<()>> {
+    fn oom_finding(&self, ring: &Arc<Snapshot>, message: &str) -> Option<Receiver<()>> {
         let now = crate::runlog::unix_nanos(SystemTime::now());
-        let device = ring.rows.back().and_then(|row| {
-            row.used
-                .iter()
-                .zip(&row.totals)
-                .enumerate()
-                .filter_map(|(i, (u, t))| Some((i, (*u)? as f64 / (*t)?.max(1) as f64)))
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-                .map(|(i, _)| i)
-        });
+        let device = (0..ring.devices())
+            .filter_map(|i| Some((i, ring.last_used(i)? as f64 / ring.total(i)?.max(1) as f64)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(i, _)| i);
         self.found(
             ring,
             OOM_EVENT,
@@ -236,16 +437,15 @@ impl Recorder {
     /// returns what says the file is written.
     fn found(
         &self,
-        ring: &Ring,
+        ring: &Arc<Snapshot>,
         event: &'static str,
         device: usize,
         unix_nanos: u64,
         message: Option<&str>,
         wait: bool,
     ) -> Option<Receiver<()>> {
-        let last = ring.rows.back();
-        let used = last.and_then(|r| r.used.get(device).copied().flatten());
-        let limit = last.and_then(|r| r.totals.get(device).copied().flatten());
+        let used = ring.last_used(device);
+        let limit = ring.total(device);
         let rise = rise_start(ring, device);
         let rise_span = rise.and_then(|(at, _)| self.open_spans.innermost_at(at));
         let open = self.open_spans.open();
@@ -282,24 +482,6 @@ impl Recorder {
         };
         counter.fetch_add(1, Ordering::Relaxed);
 
-        let body = json!({
-            "event": event,
-            "time_unix_nano": unix_nanos,
-            "message": message,
-            "threshold": self.threshold,
-            "device": {"index": self.device_index(device), "used": used, "limit": limit},
-            "rise": {
-                "start_unix_nano": rise.map(|r| r.0),
-                "from": rise.map(|r| r.1),
-                "span": rise_span.as_ref().map(OpenSpan::label),
-            },
-            "open_spans": open.iter().map(|s| json!({
-                "name": s.name,
-                "index": s.index.map(|i| i.1),
-                "start_unix_nano": s.start_unix_nanos,
-            })).collect::<Vec<_>>(),
-            "timeline": timeline(ring, |i| self.device_index(i)),
-        });
         let (done, finished) = if wait {
             let (done, finished) = mpsc::sync_channel(1);
             (Some(done), Some(finished))
@@ -318,10 +500,24 @@ impl Recorder {
             _ => "near out of memory".to_owned(),
         };
         let path = self.run_dir.join(&name);
+        let indexes = (0..ring.devices().max(device + 1))
+            .map(|i| self.device_index(i))
+            .collect();
         let job = Job {
             warning: format!("gpuspan: warning: {what}; timeline in {}", path.display()),
             path,
-            body,
+            event,
+            unix_nanos,
+            message: message.map(str::to_owned),
+            threshold: self.threshold,
+            device,
+            indexes,
+            used,
+            limit,
+            rise,
+            rise_span: rise_span.as_ref().map(OpenSpan::label),
+            open,
+            ring: Arc::clone(ring),
             done,
         };
         let sent = lock(&self.writer)
@@ -356,34 +552,28 @@ fn clamp(value: u64) -> i64 {
 /// When the rise to the crossing began: the first tick after the device last stood within
 /// a tenth of the way from the ring's lowest figure to the latest one, with that low
 /// figure.
-fn rise_start(ring: &Ring, device: usize) -> Option<(u64, u64)> {
-    let figure = |row: &Row| row.used.get(device).copied().flatten();
-    let latest = figure(ring.rows.back()?)?;
-    let lowest = ring.rows.iter().filter_map(figure).min()?;
-    let mark = lowest + (latest - lowest) / 10;
-    let low = ring
-        .rows
-        .iter()
-        .rposition(|row| figure(row).is_some_and(|v| v <= mark))?;
-    let from = figure(&ring.rows[low])?;
-    let risen = ring.rows.get(low + 1).unwrap_or(&ring.rows[low]);
-    Some((risen.unix_nanos, from))
-}
-
-/// The ring as columns: times, then each figure per device.
-fn timeline(ring: &Ring, index: impl Fn(usize) -> i64) -> serde_json::Value {
-    let devices = ring.rows.back().map_or(0, |r| r.used.len());
-    json!({
-        "unix_nano": ring.rows.iter().map(|r| r.unix_nanos).collect::<Vec<_>>(),
-        "devices": (0..devices).map(|d| json!({
-            "index": index(d),
-            "used": ring.rows.iter().map(|r| r.used.get(d).copied().flatten()).collect::<Vec<_>>(),
-            "limit": ring.rows.back().and_then(|r| r.totals.get(d).copied().flatten()),
-        })).collect::<Vec<_>>(),
-        "process_gpu": ring.rows.iter().map(|r| r.process_gpu).collect::<Vec<_>>(),
-        "allocated": ring.rows.iter().map(|r| r.allocated).collect::<Vec<_>>(),
-        "reserved": ring.rows.iter().map(|r| r.reserved).collect::<Vec<_>>(),
-    })
+fn rise_start(ring: &Snapshot, device: usize) -> Option<(u64, u64)> {
+    let latest = ring.last_used(device)?;
+    let column = ring.column(device);
+    // Plain loops over the slice: this runs on the sampler thread, once per crossing device.
+    let mut lowest = u64::MAX;
+    for value in column {
+        if let Some(value) = *value {
+            lowest = lowest.min(value);
+        }
+    }
+    let mark = lowest + latest.saturating_sub(lowest) / 10;
+    let mut low = column.len();
+    while low > 0 {
+        low -= 1;
+        if let Some(value) = column[low] {
+            if value <= mark {
+                let risen = ring.times.get(low + 1).unwrap_or(&ring.times[low]);
+                return Some((*risen, value));
+            }
+        }
+    }
+    None
 }
 
 fn write_jobs(jobs: &Receiver<Job>) {
@@ -406,10 +596,13 @@ fn write_job(job: &Job) -> std::io::Result<()> {
     if let Some(dir) = job.path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let mut file = std::fs::File::create(&job.path)?;
-    serde_json::to_writer(&mut file, &job.body)?;
+    let body = job.body();
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&job.path)?);
+    serde_json::to_writer(&mut file, &body)?;
     file.write_all(b"\n")?;
-    file.sync_all()
+    // Written, not synced: the page cache outlives the process (what an out-of-memory
+    // error may end), and an fsync on a busy disk stalls the sampler's ticks with it.
+    file.flush()
 }
 
 /// Keeps the ring on the sampler thread.
@@ -480,11 +673,7 @@ mod tests {
     use super::*;
 
     fn ring_of(values: &[u64]) -> Ring {
-        let mut ring = Ring {
-            rows: VecDeque::new(),
-            window_nanos: 5_000,
-            armed: Vec::new(),
-        };
+        let mut ring = Ring::new(5_000);
         for (i, &v) in values.iter().enumerate() {
             let used = [Some(v)];
             let totals = [Some(100)];
@@ -504,7 +693,7 @@ mod tests {
     #[test]
     fn the_ring_keeps_only_its_window() {
         let ring = ring_of(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
-        let times: Vec<u64> = ring.rows.iter().map(|r| r.unix_nanos).collect();
+        let times: Vec<u64> = ring.times.iter().copied().collect();
         assert_eq!(times, [5000, 6000, 7000, 8000, 9000, 10000]);
     }
 
@@ -513,7 +702,7 @@ mod tests {
         let ring = ring_of(&[40, 30, 31, 30, 50, 70, 96]);
         // Window 5 µs: 30, 31, 30, 50, 70, 96 are kept; lowest 30, mark 36: the rise
         // starts with the 50 read after the last 30.
-        assert_eq!(rise_start(&ring, 0), Some((5000, 30)));
+        assert_eq!(rise_start(&ring.snapshot(), 0), Some((5000, 30)));
     }
 
     #[test]

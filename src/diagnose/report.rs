@@ -55,11 +55,13 @@ impl RunReader {
         }
     }
 
-    /// Adds the marks and the fit (no device total is known here, so no largest batch).
-    pub(crate) fn finish(self, summary: &mut RunSummary) {
+    /// Adds the marks and the batch-size fit, fitted to `limit` (see
+    /// [`read_batch_limit`](super::read_batch_limit)) as the run's own fit is.
+    pub(crate) fn finish(self, summary: &mut RunSummary, limit: Option<i64>) {
         summary.marks.extend(self.marks);
-        if let Some(fit) = self.fitter.fit(None) {
-            summary.notes.push(fit.describe());
-        }
+        summary.batch_fit = self.fitter.fit(limit);
+        summary
+            .notes
+            .extend(super::batch_fit::summary_line(&self.fitter, limit));
     }
 }

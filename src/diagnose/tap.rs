@@ -63,6 +63,10 @@ impl SpanTap for DiagnoseTap {
         drop(findings);
         self.place_pending(span, record);
     }
+
+    fn name(&self) -> &'static str {
+        "diagnosis"
+    }
 }
 
 /// The one line for a step whose `batch_size` is not a whole number.

@@ -22,6 +22,18 @@ const BACKGROUND_NICE: libc::c_int = 10;
 /// left. The sampler is not lowered: its schedule is what catches short spikes. Failing
 /// (an unusual scheduler, a sandbox) leaves the priority as it was.
 pub(crate) fn background_priority() {
+    nicer_by(BACKGROUND_NICE);
+}
+
+/// Gives this thread the lowest ordinary priority (`nice` 19), for work that may take a
+/// while and must not compete with the sampler on a busy machine (the near-OOM files).
+pub(crate) fn lowest_priority() {
+    nicer_by(19);
+}
+
+fn nicer_by(amount: libc::c_int) {
+    #[cfg(not(target_os = "linux"))]
+    let _ = amount;
     #[cfg(target_os = "linux")]
     // SAFETY: plain system calls on this thread's own id, with no pointers.
     unsafe {
@@ -31,7 +43,7 @@ pub(crate) fn background_priority() {
         if current == -1 && *libc::__errno_location() != 0 {
             return;
         }
-        let nicer = (current + BACKGROUND_NICE).min(19);
+        let nicer = (current + amount).min(19);
         libc::setpriority(libc::PRIO_PROCESS, tid, nicer);
     }
 }

@@ -534,9 +534,7 @@ impl<E: SpanExporter + 'static> Worker<E> {
             }
         }
         if let Some(record) = &record {
-            for tap in &mut self.taps {
-                tap.on_span(&mut span, record);
-            }
+            each_tap(&mut self.taps, |tap| tap.on_span(&mut span, record));
         }
         self.waiting.push_back(span);
         self.give_up_overflow();
@@ -660,9 +658,29 @@ impl<E: SpanExporter + 'static> Worker<E> {
     }
 
     fn flush_taps(&mut self) {
-        for tap in &mut self.taps {
-            tap.flush();
+        each_tap(&mut self.taps, |tap| tap.flush());
+    }
+}
+
+/// Runs `call` on every tap. A tap that panics is switched off with one warning line, so
+/// the span (and every later one) is still exported and counted: a bug in a summary or a
+/// diagnosis must not stop the export thread.
+fn each_tap(taps: &mut Vec<Box<dyn SpanTap>>, mut call: impl FnMut(&mut dyn SpanTap)) {
+    let mut i = 0;
+    while i < taps.len() {
+        let tap = taps[i].as_mut();
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call(tap))).is_ok() {
+            i += 1;
+            continue;
         }
+        let tap = taps.remove(i);
+        eprintln!(
+            "gpuspan: warning: the {} span tap panicked and is switched off; spans are still \
+             exported",
+            tap.name()
+        );
+        // Its state may be broken halfway: dropping it must not take the thread down either.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(tap)));
     }
 }
 
@@ -1039,5 +1057,69 @@ mod tests {
         let counts = health.counts();
         assert_eq!(counts.produced, produced);
         assert_eq!(counts.delivered + counts.lost, produced, "{counts:?}");
+    }
+
+    /// Panics on the `n`th span it sees.
+    struct PanicsOn(u64, u64);
+
+    impl SpanTap for PanicsOn {
+        fn on_span(&mut self, _span: &mut SpanData, _record: &SpanRecord) {
+            self.1 += 1;
+            assert!(self.1 != self.0, "a tap bug on span {}", self.0);
+        }
+    }
+
+    /// Counts what it sees.
+    struct Counts(Arc<AtomicU64>);
+
+    impl SpanTap for Counts {
+        fn on_span(&mut self, _span: &mut SpanData, _record: &SpanRecord) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_tap_that_panics_is_switched_off_and_every_span_is_still_exported() {
+        let got = Arc::new(AtomicU64::new(0));
+        let destination = Destination {
+            pause: Duration::ZERO,
+            refuse: false,
+            got: Arc::clone(&got),
+        };
+        let (before, after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let health = Arc::new(ExportHealth::new("test".into(), "span"));
+        let processor = QueueProcessor::start(
+            Sink::Local(destination),
+            config(1000),
+            Arc::clone(&health),
+            vec![
+                Box::new(Counts(Arc::clone(&before))),
+                Box::new(PanicsOn(3, 0)),
+                Box::new(Counts(Arc::clone(&after))),
+            ],
+            Duration::from_secs(30),
+            no_devices(),
+        )
+        .expect("the export thread starts");
+        const SPANS: u64 = 10;
+        for i in 0..SPANS {
+            processor.on_end(span(i));
+        }
+        processor
+            .force_flush()
+            .expect("the export thread answers a flush");
+        for i in SPANS..2 * SPANS {
+            processor.on_end(span(i));
+        }
+        processor
+            .shutdown_with_timeout(Duration::from_secs(30))
+            .expect("shutdown");
+        let counts = health.counts();
+        assert_eq!(counts.produced, 2 * SPANS);
+        assert_eq!(counts.delivered, 2 * SPANS);
+        assert_eq!(counts.lost, 0);
+        assert_eq!(got.load(Ordering::Relaxed), 2 * SPANS);
+        assert_eq!(before.load(Ordering::Relaxed), 2 * SPANS);
+        assert_eq!(after.load(Ordering::Relaxed), 2 * SPANS);
     }
 }

@@ -15,4 +15,10 @@ pub(crate) trait SpanTap: Send {
 
     /// The exporter flushes or shuts down: write out what is buffered.
     fn flush(&mut self) {}
+
+    /// Names the tap in the warning printed if it panics (it is then switched off).
+    fn name(&self) -> &'static str {
+        let name = std::any::type_name::<Self>();
+        name.rsplit("::").next().unwrap_or(name)
+    }
 }

@@ -237,13 +237,19 @@ fn tables(run: &Run) -> String {
         let _ = write!(
             out,
             "<h2>Batch size</h2><p>Step peak ≈ {} + {} per sample (least squares over {} \
-             batch sizes){}.</p>",
-            mib(fit.fixed_bytes as i64),
-            mib(fit.per_sample_bytes as i64),
+             steps of {} batch sizes){}.</p>",
+            mib(fit.fixed_bytes),
+            mib(fit.per_sample_bytes),
+            fit.steps,
             fit.batch_sizes,
-            fit.largest_batch.map_or(String::new(), |b| format!(
-                "; the largest batch that fits the smallest device is about {b}"
-            )),
+            match (fit.limit_bytes, fit.max_batch_size) {
+                (Some(limit), Some(b)) => format!(
+                    "; the largest batch within {} (the devices' budget, else their total) \
+                     is {b}",
+                    mib(limit)
+                ),
+                _ => String::new(),
+            },
         );
     }
     out

@@ -33,19 +33,6 @@ pub struct Marker {
     pub attributes: Vec<(String, String)>,
 }
 
-/// Fixed and per-sample memory of a step, fitted over steps that carry `batch_size`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BatchFit {
-    /// Bytes a step needs whatever its batch size.
-    pub fixed_bytes: f64,
-    /// Bytes each sample of a batch adds.
-    pub per_sample_bytes: f64,
-    /// Distinct batch sizes the fit is over.
-    pub batch_sizes: usize,
-    /// The largest batch whose fitted peak fits in the smallest device, when known.
-    pub largest_batch: Option<u64>,
-}
-
 /// Everything a report draws.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -59,8 +46,9 @@ pub struct Run {
     pub markers: Vec<Marker>,
     /// The per-epoch table.
     pub summary: RunSummary,
-    /// The batch-size fit, when steps carry at least two batch sizes.
-    pub fit: Option<BatchFit>,
+    /// The batch-size fit, when steps carry at least two batch sizes: the run's own
+    /// (see [`RunSummary::batch_fit`]).
+    pub fit: Option<crate::BatchFit>,
 }
 
 impl Run {
@@ -79,18 +67,7 @@ impl Run {
         } else {
             None
         };
-        let smallest_device = timeline.as_ref().and_then(|t| {
-            (0..t.devices.len())
-                .filter_map(|i| {
-                    t.figure(crate::timeline::file::Figure::DeviceTotal(i))?
-                        .points
-                        .iter()
-                        .rev()
-                        .find_map(|p| p.1)
-                })
-                .min()
-        });
-        let fit = batch_fit(&spans, smallest_device);
+        let fit = summary.batch_fit;
         Ok(Self {
             dir: dir.to_path_buf(),
             timeline,
@@ -188,40 +165,6 @@ fn read_spans(dir: &Path) -> Result<(Vec<SpanRecord>, Vec<Marker>), ReportError>
     Ok((spans, markers))
 }
 
-/// Least squares of step peak against batch size.
-pub(crate) fn batch_fit(spans: &[SpanRecord], device_total: Option<u64>) -> Option<BatchFit> {
-    let points: Vec<(f64, f64)> = spans
-        .iter()
-        .filter(|s| matches!(s.role, Role::Step(_)))
-        .filter_map(|s| Some((s.batch_size? as f64, s.gpu?.peak as f64)))
-        .collect();
-    let mut sizes: Vec<i64> = points.iter().map(|p| p.0 as i64).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    if sizes.len() < 2 {
-        return None;
-    }
-    let n = points.len() as f64;
-    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
-    let per_sample = sxy / sxx;
-    let fixed = mean_y - per_sample * mean_x;
-    let largest_batch = match device_total {
-        Some(total) if per_sample > 0.0 && (total as f64) > fixed => {
-            Some(((total as f64 - fixed) / per_sample).floor() as u64)
-        }
-        _ => None,
-    };
-    Some(BatchFit {
-        fixed_bytes: fixed,
-        per_sample_bytes: per_sample,
-        batch_sizes: sizes.len(),
-        largest_batch,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,13 +206,22 @@ mod tests {
                 attributes: vec![("gpu.index".into(), "0".into())],
             }]
         );
-        // 180 = f + 8 p and 260 = f + 16 p.
+        // 180 = f + 8 p and 260 = f + 16 p; the run recorded no limits, so no largest batch.
         let fit = run.fit.unwrap();
-        assert_eq!((fit.fixed_bytes, fit.per_sample_bytes), (100.0, 10.0));
+        assert_eq!((fit.fixed_bytes, fit.per_sample_bytes), (100, 10));
         assert_eq!(fit.batch_sizes, 2);
+        assert_eq!(fit.max_batch_size, None);
+        // With the devices' limits recorded, the largest batch within them.
+        std::fs::write(
+            dir.path().join(crate::diagnose::LIMITS_FILE),
+            r#"{"devices":[{"index":0,"total_bytes":600,"budget_bytes":null},
+                           {"index":1,"total_bytes":800,"budget_bytes":500}]}"#,
+        )
+        .unwrap();
+        let fit = Run::read(dir.path()).unwrap().fit.unwrap();
         assert_eq!(
-            batch_fit(&run.spans, Some(1100)).unwrap().largest_batch,
-            Some(100)
+            (fit.limit_bytes, fit.max_batch_size),
+            (Some(1100), Some(100))
         );
         let page = crate::report::html(&run);
         assert!(page.contains("gpu.memory.near_oom"));

@@ -53,6 +53,9 @@ pub struct RunSummary {
     pub marks: Vec<(i64, String)>,
     /// Diagnosis lines printed under the table: budget headroom, batch-size fit.
     pub notes: Vec<String>,
+    /// The batch-size fit of the run's steps, as [`Telemetry::batch_fit`](crate::Telemetry::batch_fit)
+    /// gives it: read back from a run directory, fitted to the limits the run recorded.
+    pub batch_fit: Option<crate::BatchFit>,
 }
 
 /// Builds the per-epoch table from closed spans, in the order they ended. The one rule for
@@ -173,7 +176,7 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
     }
     let mut summary = table.summary();
     summary.bad_lines = bad_lines;
-    diagnosis.finish(&mut summary);
+    diagnosis.finish(&mut summary, crate::diagnose::read_batch_limit(dir));
     Ok(summary)
 }
 

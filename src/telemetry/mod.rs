@@ -337,6 +337,13 @@ impl Inner {
                 path: dir.clone(),
                 source,
             })?;
+            if let Err(error) = diagnosis.write_limits(&dir) {
+                eprintln!(
+                    "gpuspan: warning: cannot write {}: {error}; `gpuspan report` will not \
+                     say the largest batch size that fits",
+                    dir.join(crate::diagnose::LIMITS_FILE).display()
+                );
+            }
             Some(dir)
         } else {
             None

@@ -14,6 +14,8 @@ struct State {
     process: Option<u64>,
     /// `(started, [(offset, value of device 0)])`: device 0 follows the timeline.
     timeline: Option<(Instant, Vec<(Duration, u64)>)>,
+    /// When each read was taken (one per sampler tick), once asked for.
+    read_times: Option<Vec<Instant>>,
 }
 
 /// The sampler's side.
@@ -66,7 +68,10 @@ impl MemorySource for ScriptedSource {
     }
 
     fn read(&mut self, out: &mut [DeviceReading]) {
-        let state = self.state.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
+        if let Some(times) = &mut state.read_times {
+            times.push(Instant::now());
+        }
         for (i, reading) in out.iter_mut().enumerate() {
             let mut used = state.used[i];
             if let (0, Some((started, timeline))) = (i, &state.timeline) {
@@ -90,6 +95,11 @@ impl Script {
         self.state.lock().unwrap().used[device] = used;
     }
 
+    /// Sets what every device reports from the next read on, all in the same read.
+    pub fn set_all(&self, used: u64) {
+        self.state.lock().unwrap().used.fill(used);
+    }
+
     /// Sets this process's memory, reported on every device.
     pub fn set_process(&self, used: Option<u64>) {
         self.state.lock().unwrap().process = used;
@@ -98,6 +108,35 @@ impl Script {
     /// Device 0 follows `timeline` (offsets from now) from the next read on.
     pub fn play(&self, timeline: &[(Duration, u64)]) {
         self.state.lock().unwrap().timeline = Some((Instant::now(), timeline.to_vec()));
+    }
+
+    /// Keeps the time of every read from now on, for [`Script::longest_gap_since`].
+    pub fn keep_read_times(&self) {
+        self.state
+            .lock()
+            .unwrap()
+            .read_times
+            .get_or_insert_with(Vec::new);
+    }
+
+    /// Reads kept so far by [`Script::keep_read_times`].
+    pub fn reads_kept(&self) -> usize {
+        let state = self.state.lock().unwrap();
+        state.read_times.as_ref().map_or(0, Vec::len)
+    }
+
+    /// The longest time between two consecutive reads from kept read `from` on: the
+    /// sampler's longest gap between ticks over that stretch.
+    pub fn longest_gap_since(&self, from: usize) -> Duration {
+        let state = self.state.lock().unwrap();
+        let times = state.read_times.as_deref().unwrap_or_default();
+        times
+            .get(from.saturating_sub(1)..)
+            .unwrap_or_default()
+            .windows(2)
+            .map(|pair| pair[1] - pair[0])
+            .max()
+            .unwrap_or_default()
     }
 
     /// Reads taken so far.
