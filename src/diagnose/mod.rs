@@ -280,9 +280,9 @@ impl Diagnosis {
         (findings.marks.clone(), notes)
     }
 
-    /// Writes what the recorder still holds and stops its thread.
-    pub(crate) fn stop(&self) {
-        self.recorder.stop();
+    /// Writes what the recorder still holds and stops its thread, waiting at most `bound`.
+    pub(crate) fn stop(&self, bound: std::time::Duration) {
+        self.recorder.stop(bound);
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
 use serde::Serialize;
@@ -536,12 +536,29 @@ impl Recorder {
         }
     }
 
-    /// Writes what is queued and stops the writer thread.
-    pub(crate) fn stop(&self) {
+    /// Writes what is queued and stops the writer thread, waiting at most `bound`: a file
+    /// system that hangs (a stale network mount) must not hang the program's exit. Returns
+    /// whether the writer finished; if not, it is left to finish or die with the process,
+    /// and one line says so.
+    pub(crate) fn stop(&self, bound: Duration) -> bool {
         lock(&self.writer).take();
-        if let Some(thread) = lock(&self.thread).take() {
-            let _ = thread.join();
+        let Some(thread) = lock(&self.thread).take() else {
+            return true;
+        };
+        let deadline = Instant::now() + bound;
+        while !thread.is_finished() {
+            if Instant::now() >= deadline {
+                eprintln!(
+                    "gpuspan: warning: the near-OOM timeline writer did not finish within \
+                     {bound:?}; a file it was writing in {} may be incomplete",
+                    self.run_dir.display()
+                );
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
+        let _ = thread.join();
+        true
     }
 }
 
@@ -712,5 +729,65 @@ mod tests {
         ));
         assert!(is_oom_message("DriverError(CUDA_ERROR_OUT_OF_MEMORY)"));
         assert!(!is_oom_message("index out of bounds"));
+    }
+
+    #[test]
+    fn stopping_waits_at_most_its_bound_for_a_writer_stuck_in_the_file_system() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        // Opening a FIFO for writing blocks until a reader opens it: a file system that
+        // hangs, as a stale network mount does.
+        let fifo = dir.path().join("near-oom-stuck.json");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let recorder = Recorder::start(
+            0.95,
+            Duration::from_secs(1),
+            dir.path().to_path_buf(),
+            Arc::default(),
+            Arc::default(),
+        )
+        .expect("the writer starts");
+        let job = Job {
+            path: fifo.clone(),
+            event: "gpu.memory.near_oom",
+            unix_nanos: 1,
+            message: None,
+            threshold: 0.95,
+            device: 0,
+            indexes: vec![0],
+            used: Some(96),
+            limit: Some(100),
+            rise: None,
+            rise_span: None,
+            open: Vec::new(),
+            ring: Arc::default(),
+            warning: "written".into(),
+            done: None,
+        };
+        lock(&recorder.writer)
+            .as_ref()
+            .expect("the writer is open")
+            .send(job)
+            .expect("the writer takes the job");
+
+        let (stopped, answer) = mpsc::channel();
+        let stopping = Arc::clone(&recorder);
+        std::thread::spawn(move || {
+            let _ = stopped.send(stopping.stop(Duration::from_millis(300)));
+        });
+        let finished = answer
+            .recv_timeout(Duration::from_secs(10))
+            .expect("stop returned within its bound while the writer was stuck");
+        assert!(
+            !finished,
+            "the writer cannot have finished: nothing read the FIFO"
+        );
+
+        // Let the stuck writer go, so the test leaves no thread blocked behind.
+        let mut reader = std::fs::File::open(&fifo).expect("the FIFO opens for reading");
+        let mut written = Vec::new();
+        std::io::Read::read_to_end(&mut reader, &mut written).expect("read");
+        assert!(!written.is_empty());
     }
 }

@@ -51,7 +51,8 @@ impl Inner {
             prometheus.stop();
         }
         self.sampler.stop();
-        self.diagnosis.stop();
+        // The near-OOM files are local writes; a hung file system gets the local bound.
+        self.diagnosis.stop(crate::signals::LOCAL_FLUSH_BOUND);
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
