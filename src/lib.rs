@@ -54,7 +54,7 @@
 //! - `collect`: [`collect`], the OTLP receiver behind `gpuspan collect` and `gpuspan run`
 //!   (implies `cli`).
 
-#![warn(missing_docs, unreachable_pub)]
+#![warn(missing_docs, unreachable_pub, clippy::undocumented_unsafe_blocks)]
 
 #[cfg(feature = "cli")]
 pub mod cli;
