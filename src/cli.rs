@@ -294,10 +294,10 @@ fn watch(every: Duration, count: Option<u64>) -> Result<(), String> {
             .map(|d| {
                 let used = d
                     .used
-                    .map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / 1048576.0));
+                    .map_or("-".into(), |b| crate::util::bytes::mib(b as f64, 0));
                 let total = d
                     .total
-                    .map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / 1048576.0));
+                    .map_or("-".into(), |b| crate::util::bytes::mib(b as f64, 0));
                 format!("gpu {}: {used} / {total}", d.device.index)
             })
             .collect();

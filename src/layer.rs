@@ -12,7 +12,10 @@
 //! Every other field reaches tracing-opentelemetry, with unsigned numbers made integers
 //! first (see `unsigned`).
 
+mod allocator;
 mod unsigned;
+
+pub use allocator::record_allocator;
 
 use std::any::TypeId;
 use std::cell::{Cell, RefCell};
@@ -27,8 +30,8 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
+use crate::figures::SpanFigures;
 use crate::sampler::Shared;
-use crate::span::SpanFigures;
 
 /// What an open span needs from the subscriber it runs in.
 #[derive(Debug)]

@@ -56,6 +56,7 @@
 
 #![warn(missing_docs, unreachable_pub, clippy::undocumented_unsafe_blocks)]
 
+mod background;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "collect")]
@@ -64,9 +65,12 @@ mod config;
 mod diagnose;
 mod error;
 mod export;
+mod figures;
 mod layer;
 mod macros;
 mod metrics;
+pub mod names;
+mod record;
 pub mod report;
 mod resource;
 pub mod runlog;
@@ -76,6 +80,7 @@ mod source;
 mod span;
 mod telemetry;
 mod timeline;
+mod util;
 
 #[doc(hidden)]
 pub use macros::__private;
@@ -85,7 +90,7 @@ pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
 pub use export::health::{ExportCounts, ExportTally};
 pub use sampler::SamplerStats;
-pub use source::allocator::record_allocator;
+pub use layer::record_allocator;
 pub use source::{Device, DeviceReading, DeviceScope, MemorySource};
 pub use span::{MemorySpan, SpanMemory};
 pub use telemetry::{init, Builder, DeviceMemory, Telemetry};

@@ -15,8 +15,8 @@
 macro_rules! epoch_span {
     ($epoch:expr $(, $($fields:tt)*)?) => {
         $crate::__memory_span!(
-            "epoch",
-            ml.epoch = $crate::__private::index($epoch)
+            $crate::names::span::EPOCH,
+            { $crate::names::attribute::ML_EPOCH } = $crate::__private::index($epoch)
             $(, $($fields)*)?
         )
     };
@@ -35,8 +35,8 @@ macro_rules! epoch_span {
 macro_rules! step_span {
     ($step:expr $(, $($fields:tt)*)?) => {
         $crate::__memory_span!(
-            "step",
-            ml.step = $crate::__private::index($step)
+            $crate::names::span::STEP,
+            { $crate::names::attribute::ML_STEP } = $crate::__private::index($step)
             $(, $($fields)*)?
         )
     };
@@ -61,24 +61,24 @@ macro_rules! memory_span {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __memory_span {
-    ($name:literal $(, $($fields:tt)*)?) => {{
+    ($name:expr $(, $($fields:tt)*)?) => {{
         static FIELDS: $crate::__private::FieldCache = $crate::__private::FieldCache::new();
         $crate::MemorySpan::enter(
             $crate::__private::tracing::info_span!(
                 $name,
-                gpu.memory.start = $crate::__private::Empty,
-                gpu.memory.end = $crate::__private::Empty,
-                gpu.memory.peak = $crate::__private::Empty,
-                gpu.memory.delta = $crate::__private::Empty,
-                gpu.memory.imbalance = $crate::__private::Empty,
-                gpu.process.memory.start = $crate::__private::Empty,
-                gpu.process.memory.end = $crate::__private::Empty,
-                gpu.process.memory.peak = $crate::__private::Empty,
-                gpu.allocator.allocated.peak = $crate::__private::Empty,
-                gpu.allocator.reserved.peak = $crate::__private::Empty,
-                process.memory.start = $crate::__private::Empty,
-                process.memory.end = $crate::__private::Empty,
-                process.memory.peak = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_MEMORY_START } = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_MEMORY_END } = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_MEMORY_PEAK } = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_MEMORY_DELTA } = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_MEMORY_IMBALANCE } = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_PROCESS_MEMORY_START } = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_PROCESS_MEMORY_END } = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_PROCESS_MEMORY_PEAK } = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_ALLOCATOR_ALLOCATED_PEAK } = $crate::__private::Empty,
+                { $crate::names::attribute::GPU_ALLOCATOR_RESERVED_PEAK } = $crate::__private::Empty,
+                { $crate::names::attribute::PROCESS_MEMORY_START } = $crate::__private::Empty,
+                { $crate::names::attribute::PROCESS_MEMORY_END } = $crate::__private::Empty,
+                { $crate::names::attribute::PROCESS_MEMORY_PEAK } = $crate::__private::Empty,
                 $($($fields)*)?
             ),
             &FIELDS,

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use opentelemetry::metrics::{Histogram, Meter};
 use opentelemetry::KeyValue;
 
-use crate::runlog::{Role, SpanRecord};
+use crate::figures::int;
+use crate::names::{attribute as attr, metric};
+use crate::record::{Role, SpanRecord};
 use crate::sampler::{figure, Shared};
-use crate::span::int;
 
 /// Bucket bounds in seconds for step and epoch durations: milliseconds to an hour.
 const DURATION_BOUNDS: [f64; 20] = [
@@ -28,11 +29,11 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
         .iter()
         .map(|device| {
             vec![
-                KeyValue::new("hw.id", device.uuid.clone()),
-                KeyValue::new("hw.name", device.name.clone()),
-                KeyValue::new("hw.vendor", device.vendor.clone()),
-                KeyValue::new("hw.type", "gpu"),
-                KeyValue::new("gpu.index", i64::from(device.index)),
+                KeyValue::new(attr::HW_ID, device.uuid.clone()),
+                KeyValue::new(attr::HW_NAME, device.name.clone()),
+                KeyValue::new(attr::HW_VENDOR, device.vendor.clone()),
+                KeyValue::new(attr::HW_TYPE, "gpu"),
+                KeyValue::new(attr::GPU_INDEX, i64::from(device.index)),
             ]
         })
         .collect();
@@ -40,7 +41,7 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
     if !devices.is_empty() {
         let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
         meter
-            .i64_observable_up_down_counter("hw.gpu.memory.usage")
+            .i64_observable_up_down_counter(metric::HW_GPU_MEMORY_USAGE)
             .with_unit("By")
             .with_description("GPU memory in use (NVML used)")
             .with_callback(move |observer| {
@@ -54,7 +55,7 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
 
         let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
         meter
-            .i64_observable_up_down_counter("hw.gpu.memory.limit")
+            .i64_observable_up_down_counter(metric::HW_GPU_MEMORY_LIMIT)
             .with_unit("By")
             .with_description("GPU memory installed")
             .with_callback(move |observer| {
@@ -68,7 +69,7 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
 
         let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
         meter
-            .f64_observable_gauge("hw.gpu.memory.utilization")
+            .f64_observable_gauge(metric::HW_GPU_MEMORY_UTILIZATION)
             .with_unit("1")
             .with_description("Fraction of GPU memory in use (usage / limit)")
             .with_callback(move |observer| {
@@ -84,14 +85,14 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
 
         let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
         meter
-            .f64_observable_gauge("hw.gpu.utilization")
+            .f64_observable_gauge(metric::HW_GPU_UTILIZATION)
             .with_unit("1")
             .with_description("Fraction of time the GPU was busy")
             .with_callback(move |observer| {
                 for (i, attributes) in d.iter().enumerate() {
                     if let Some(busy) = s.utilization(i) {
                         let mut attributes = attributes.clone();
-                        attributes.push(KeyValue::new("hw.gpu.task", "general"));
+                        attributes.push(KeyValue::new(attr::HW_GPU_TASK, "general"));
                         observer.observe(busy, &attributes);
                     }
                 }
@@ -101,7 +102,7 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
         let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
         let window = shared.register_peak_window();
         meter
-            .i64_observable_gauge("gpu.memory.peak")
+            .i64_observable_gauge(metric::GPU_MEMORY_PEAK)
             .with_unit("By")
             .with_description(
                 "Highest GPU memory in use since the previous collection, from every sample",
@@ -118,7 +119,7 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
 
     let s = Arc::clone(shared);
     meter
-        .i64_observable_gauge("process.memory.usage")
+        .i64_observable_gauge(metric::PROCESS_MEMORY_USAGE)
         .with_unit("By")
         .with_description("Resident host memory of this process")
         .with_callback(move |observer| {
@@ -148,10 +149,12 @@ impl Durations {
                 .with_boundaries(DURATION_BOUNDS.to_vec())
                 .build()
         };
-        self.step
-            .push(histogram("ml.step.duration", "Duration of training steps"));
+        self.step.push(histogram(
+            metric::ML_STEP_DURATION,
+            "Duration of training steps",
+        ));
         self.epoch.push(histogram(
-            "ml.epoch.duration",
+            metric::ML_EPOCH_DURATION,
             "Duration of training epochs",
         ));
     }

@@ -4,21 +4,22 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
 
 use crate::config::Settings;
+use crate::names::attribute as attr;
 
 /// Builds the resource from resolved settings; explicit attributes win over detected ones.
 pub(crate) fn build(settings: &Settings) -> Resource {
     let mut attributes = vec![
-        KeyValue::new("process.pid", i64::from(std::process::id())),
-        KeyValue::new("ml.run.id", settings.run_id.clone()),
+        KeyValue::new(attr::PROCESS_PID, i64::from(std::process::id())),
+        KeyValue::new(attr::ML_RUN_ID, settings.run_id.clone()),
     ];
     if let Some(host) = host_name() {
-        attributes.push(KeyValue::new("host.name", host));
+        attributes.push(KeyValue::new(attr::HOST_NAME, host));
     }
     let rank = &settings.rank;
     for (key, value) in [
-        ("ml.rank", rank.rank),
-        ("ml.local_rank", rank.local_rank),
-        ("ml.world_size", rank.world_size),
+        (attr::ML_RANK, rank.rank),
+        (attr::ML_LOCAL_RANK, rank.local_rank),
+        (attr::ML_WORLD_SIZE, rank.world_size),
     ] {
         if let Some(value) = value {
             attributes.push(KeyValue::new(key, value));

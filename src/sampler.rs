@@ -6,13 +6,14 @@
 //! holds for the few atomic maxima of one tick.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::source::host::HostMemory;
 use crate::source::{Device, DeviceReading, MemorySource};
 use crate::timeline::{Tick, TickObserver};
+use crate::util::sync::lock;
 
 /// Marks a figure that was not measured, inside this module's atomics only: everything
 /// outside reads `Option<u64>`.
@@ -224,9 +225,9 @@ impl Shared {
         &self.devices
     }
 
-    /// The attribute keys of device `i`: start, end, peak.
-    pub(crate) fn device_keys(&self, device: usize) -> &[opentelemetry::Key; 3] {
-        &self.device_keys[device]
+    /// The attribute keys of every device in scope: start, end, peak.
+    pub(crate) fn all_device_keys(&self) -> &[[opentelemetry::Key; 3]] {
+        &self.device_keys
     }
 
     /// The latest reading of a figure.
@@ -352,12 +353,6 @@ impl Shared {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// How long stopping waits for the sampler thread.
 const STOP_WAIT: Duration = Duration::from_secs(1);
 
@@ -397,7 +392,7 @@ impl Sampler {
             std::thread::Builder::new()
                 .name("gpuspan-sampler".into())
                 .spawn(move || {
-                    crate::export::silence_tracing();
+                    crate::background::silence_tracing();
                     ticker.run(interval, &stop);
                     let _ = finished.send(());
                 })?
@@ -551,7 +546,7 @@ impl Ticker {
             *slot = shared.total(i);
         }
         let tick = Tick {
-            unix_nanos: crate::runlog::unix_nanos(std::time::SystemTime::now()),
+            unix_nanos: crate::util::time::unix_nanos(std::time::SystemTime::now()),
             devices: &self.tick_used,
             totals: &self.tick_totals,
             process_gpu: present(self.figures[figure::PROCESS_GPU]),

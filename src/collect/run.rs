@@ -349,11 +349,11 @@ fn describe_memory(span: &Span) -> String {
 }
 
 fn mib(bytes: u64) -> String {
-    format!("{:.0} MiB", bytes as f64 / 1048576.0)
+    crate::util::bytes::mib(bytes as f64, 0)
 }
 
 fn unix_now() -> u64 {
-    crate::runlog::unix_nanos(SystemTime::now())
+    crate::util::time::unix_nanos(SystemTime::now())
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -2,12 +2,13 @@
 //! fed by the sampler's ticks and queried by span windows.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::source::processes::ProcessTable;
 use crate::timeline::store::{Layout, TimelineStore, WindowMax};
 use crate::timeline::{Tick, TickObserver};
+use crate::util::sync::lock;
 
 use super::tree::ProcessTree;
 
@@ -39,10 +40,6 @@ pub(crate) struct TreeMemory {
     pub(crate) start: Option<u64>,
     pub(crate) end: Option<u64>,
     pub(crate) peak: Option<u64>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Timelines {

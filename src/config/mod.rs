@@ -454,7 +454,7 @@ fn generated_run_id() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let (date, time) = crate::runlog::utc_date_time(now.as_secs());
+    let (date, time) = crate::util::time::utc_date_time(now.as_secs());
     format!("{date}-{time}-{}", std::process::id())
 }
 

@@ -173,7 +173,7 @@ fn div_round(numerator: i128, denominator: i128) -> Option<i128> {
 impl BatchFit {
     /// One line for the summary: the line, its error and the largest batch that fits.
     pub(crate) fn describe(&self) -> String {
-        let bytes = crate::runlog::format_bytes;
+        let bytes = crate::util::bytes::human;
         let mut line = format!(
             "batch-size fit: step peak = {} + {} per sample ({} B + {} B; error {}, {} steps, \
              {} batch sizes)",

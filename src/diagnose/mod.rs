@@ -10,6 +10,7 @@ mod batch_fit;
 mod builder;
 mod leak;
 mod near_oom;
+mod open_span_layer;
 mod open_spans;
 mod report;
 pub(crate) mod settings;
@@ -22,26 +23,23 @@ use std::sync::{Arc, Mutex, OnceLock};
 use opentelemetry::metrics::Meter;
 use opentelemetry::KeyValue;
 
+use crate::names::event;
+use crate::util::bytes;
+use crate::util::sync::lock;
 pub use batch_fit::BatchFit;
 pub use near_oom::record_oom;
-use near_oom::{NEAR_OOM_EVENT, OOM_EVENT};
-pub(crate) use open_spans::OpenSpanLayer;
+pub(crate) use open_span_layer::OpenSpanLayer;
 pub(crate) use report::RunReader;
 pub use settings::MemoryBudget;
 
 use crate::export::tap::SpanTap;
-use crate::runlog::format_bytes;
+
 use crate::sampler::Shared;
 use crate::timeline::TickObserver;
 use batch_fit::BatchFitter;
 use near_oom::{Recorder, RingObserver};
 use open_spans::OpenSpans;
 use settings::DiagnoseSettings;
-
-/// Event on an epoch span whose end memory grows.
-pub(crate) const LEAK_EVENT: &str = "gpu.memory.leak_suspected";
-/// Event on a span whose peak exceeds the memory budget.
-pub(crate) const BUDGET_EVENT: &str = "gpu.memory.budget_exceeded";
 
 /// Findings so far, counted for the metrics (leaks by rule).
 #[derive(Debug, Default)]
@@ -199,7 +197,7 @@ impl Diagnosis {
     pub(crate) fn register_metrics(&self, meter: &Meter) {
         let counts = Arc::clone(&self.counts);
         meter
-            .u64_observable_counter(LEAK_EVENT)
+            .u64_observable_counter(event::LEAK_SUSPECTED)
             .with_unit("{finding}")
             .with_description("Memory leaks suspected, by rule")
             .with_callback(move |observer| {
@@ -210,8 +208,13 @@ impl Diagnosis {
                 ] {
                     let value = counts.leak[rule as usize].load(Ordering::Relaxed);
                     if value > 0 {
-                        observer
-                            .observe(value, &[KeyValue::new("gpu.memory.leak.rule", rule.name())]);
+                        observer.observe(
+                            value,
+                            &[KeyValue::new(
+                                crate::names::attribute::GPU_MEMORY_LEAK_RULE,
+                                rule.name(),
+                            )],
+                        );
                     }
                 }
             })
@@ -219,17 +222,17 @@ impl Diagnosis {
         type Field = fn(&Counts) -> &AtomicU64;
         let counters: [(&'static str, &'static str, Field); 3] = [
             (
-                BUDGET_EVENT,
+                event::BUDGET_EXCEEDED,
                 "Spans whose peak exceeded the memory budget",
                 |c| &c.budget,
             ),
             (
-                NEAR_OOM_EVENT,
+                event::NEAR_OOM,
                 "Times a device crossed the near-OOM threshold",
                 |c| &c.near_oom,
             ),
             (
-                OOM_EVENT,
+                event::OOM,
                 "Out-of-memory errors reported by the program",
                 |c| &c.oom,
             ),
@@ -293,13 +296,9 @@ pub(crate) fn read_batch_limit(run_dir: &std::path::Path) -> Option<i64> {
     serde_json::from_str::<Limits>(&text).ok()?.batch_limit()
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn describe_budget(budget: MemoryBudget) -> String {
     match budget {
-        MemoryBudget::Bytes(b) => format_bytes(i64::try_from(b).unwrap_or(i64::MAX)),
+        MemoryBudget::Bytes(b) => bytes::human(i64::try_from(b).unwrap_or(i64::MAX)),
         MemoryBudget::Fraction(f) => format!("{:.0}% of each device", f * 100.0),
     }
 }
@@ -314,11 +313,11 @@ fn headroom_line(h: &Highest, over: u64) -> String {
     };
     let mut line = format!(
         "memory budget {}: highest peak {} (gpu {}, {}), headroom {} ({percent:.1}%)",
-        format_bytes(h.budget),
-        format_bytes(h.peak),
+        bytes::human(h.budget),
+        bytes::human(h.peak),
         h.device,
         h.span,
-        format_bytes(headroom),
+        bytes::human(headroom),
     );
     if over > 0 {
         line.push_str(&format!("; {over} span peak(s) over budget"));

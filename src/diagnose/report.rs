@@ -4,7 +4,7 @@
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::batch_fit::BatchFitter;
-use super::{BUDGET_EVENT, LEAK_EVENT, NEAR_OOM_EVENT, OOM_EVENT};
+use crate::names::event;
 use crate::runlog::{Role, RunSummary, SpanRecord};
 
 /// Collects what the summary needs while `read_run` walks the spans.
@@ -30,11 +30,11 @@ impl RunReader {
             Role::Epoch(epoch) => {
                 for event in &span.events {
                     let mark = match event.name.as_str() {
-                        LEAK_EVENT => {
+                        event::LEAK_SUSPECTED => {
                             let rule = event
                                 .attributes
                                 .iter()
-                                .find(|kv| kv.key == "gpu.memory.leak.rule")
+                                .find(|kv| kv.key == crate::names::attribute::GPU_MEMORY_LEAK_RULE)
                                 .and_then(|kv| kv.value.as_ref())
                                 .and_then(|v| match &v.value {
                                     Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => Some(s.as_str()),
@@ -43,9 +43,9 @@ impl RunReader {
                                 .unwrap_or("?");
                             format!("leak? {rule}")
                         }
-                        BUDGET_EVENT => "over budget".to_owned(),
-                        NEAR_OOM_EVENT => "near OOM".to_owned(),
-                        OOM_EVENT => "OOM".to_owned(),
+                        event::BUDGET_EXCEEDED => "over budget".to_owned(),
+                        event::NEAR_OOM => "near OOM".to_owned(),
+                        event::OOM => "OOM".to_owned(),
                         _ => continue,
                     };
                     self.marks.push((epoch, mark));

@@ -12,14 +12,11 @@ use opentelemetry_sdk::trace::SpanData;
 
 use super::leak::{LeakDetector, LeakFinding, LeakRule};
 use super::near_oom::{system_time, Recorder};
-use super::{Counts, Findings, Limits, BUDGET_EVENT, LEAK_EVENT};
+use super::{Counts, Findings, Limits};
 use crate::export::tap::SpanTap;
-use crate::runlog::{format_bytes, Role, SpanRecord};
-
-/// This process's GPU memory minus the allocator's reserved pool, at their peaks.
-pub(crate) const NON_ALLOCATOR_PEAK: &str = "gpu.memory.non_allocator.peak";
-/// Reserved minus allocated, at their peaks: the cached pool nothing uses.
-pub(crate) const FRAGMENTATION_PEAK: &str = "gpu.allocator.fragmentation.peak";
+use crate::names::{attribute as attr, event};
+use crate::record::{Role, SpanRecord};
+use crate::util::bytes;
 
 pub(crate) struct DiagnoseTap {
     pub(crate) leaks: LeakDetector,
@@ -97,19 +94,22 @@ impl DiagnoseTap {
         findings: &mut Findings,
     ) {
         let growth_key = match finding.rule {
-            LeakRule::StepTrend => "gpu.memory.leak.growth_per_step",
-            _ => "gpu.memory.leak.growth_per_epoch",
+            LeakRule::StepTrend => attr::GPU_MEMORY_LEAK_GROWTH_PER_STEP,
+            _ => attr::GPU_MEMORY_LEAK_GROWTH_PER_EPOCH,
         };
         let attributes = vec![
-            KeyValue::new("gpu.memory.leak.rule", finding.rule.name()),
+            KeyValue::new(attr::GPU_MEMORY_LEAK_RULE, finding.rule.name()),
             KeyValue::new(growth_key, finding.growth),
-            KeyValue::new("gpu.memory.leak.first", finding.first),
-            KeyValue::new("gpu.memory.leak.last", finding.last),
-            KeyValue::new("gpu.memory.leak.points", finding.points as i64),
+            KeyValue::new(attr::GPU_MEMORY_LEAK_FIRST, finding.first),
+            KeyValue::new(attr::GPU_MEMORY_LEAK_LAST, finding.last),
+            KeyValue::new(attr::GPU_MEMORY_LEAK_POINTS, finding.points as i64),
         ];
-        span.events
-            .events
-            .push(Event::new(LEAK_EVENT, span.end_time, attributes, 0));
+        span.events.events.push(Event::new(
+            event::LEAK_SUSPECTED,
+            span.end_time,
+            attributes,
+            0,
+        ));
         self.counts.leak[finding.rule as usize].fetch_add(1, Ordering::Relaxed);
         let unit = if finding.rule == LeakRule::StepTrend {
             "step"
@@ -119,16 +119,16 @@ impl DiagnoseTap {
         let description = format!(
             "leak? {} +{}/{unit}",
             finding.rule.name(),
-            format_bytes(finding.growth)
+            bytes::human(finding.growth)
         );
         if !self.warned_leak {
             self.warned_leak = true;
             eprintln!(
                 "gpuspan: warning: memory leak suspected at epoch {epoch}: end memory grows by \
                  {}/{unit} ({} to {} over {} {unit}s, {} rule)",
-                format_bytes(finding.growth),
-                format_bytes(finding.first),
-                format_bytes(finding.last),
+                bytes::human(finding.growth),
+                bytes::human(finding.first),
+                bytes::human(finding.last),
                 finding.points,
                 finding.rule.name()
             );
@@ -185,12 +185,12 @@ impl DiagnoseTap {
         }
         for &(index, peak, budget) in &over {
             span.events.events.push(Event::new(
-                BUDGET_EVENT,
+                event::BUDGET_EXCEEDED,
                 span.end_time,
                 vec![
-                    KeyValue::new("gpu.index", i64::from(index)),
-                    KeyValue::new("gpu.memory.peak", peak),
-                    KeyValue::new("gpu.memory.budget", budget),
+                    KeyValue::new(attr::GPU_INDEX, i64::from(index)),
+                    KeyValue::new(attr::GPU_MEMORY_PEAK, peak),
+                    KeyValue::new(attr::GPU_MEMORY_BUDGET, budget),
                 ],
                 0,
             ));
@@ -205,8 +205,8 @@ impl DiagnoseTap {
                     "gpuspan: warning: {} peaked at {} on gpu {index}, over the memory budget \
                      of {}",
                     describe(record),
-                    format_bytes(peak),
-                    format_bytes(budget)
+                    bytes::human(peak),
+                    bytes::human(budget)
                 );
             }
         }
@@ -214,8 +214,8 @@ impl DiagnoseTap {
             if !matches!(span.status, Status::Error { .. }) {
                 span.status = Status::error(format!(
                     "memory budget exceeded: peak {} over the budget of {} on gpu {index}",
-                    format_bytes(peak),
-                    format_bytes(budget)
+                    bytes::human(peak),
+                    bytes::human(budget)
                 ));
             }
         }
@@ -263,13 +263,13 @@ fn describe(record: &SpanRecord) -> String {
 fn add_framework_attributes(span: &mut SpanData, record: &SpanRecord) {
     if let (Some(process), Some(reserved)) = (record.process_gpu, record.reserved_peak) {
         span.attributes.push(KeyValue::new(
-            NON_ALLOCATOR_PEAK,
+            attr::GPU_MEMORY_NON_ALLOCATOR_PEAK,
             (process.peak - reserved).max(0),
         ));
     }
     if let (Some(allocated), Some(reserved)) = (record.allocated_peak, record.reserved_peak) {
         span.attributes.push(KeyValue::new(
-            FRAGMENTATION_PEAK,
+            attr::GPU_ALLOCATOR_FRAGMENTATION_PEAK,
             (reserved - allocated).max(0),
         ));
     }

@@ -88,7 +88,7 @@ impl PrometheusEndpoint {
         let thread = std::thread::Builder::new()
             .name("gpuspan-prometheus".into())
             .spawn(move || {
-                super::silence_tracing();
+                crate::background::silence_tracing();
                 runtime.block_on(async move {
                     tokio::select! {
                         () = serve(listener, Arc::new(registry), scrape_spans) => {}

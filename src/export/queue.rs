@@ -35,9 +35,10 @@ use opentelemetry_sdk::Resource;
 use super::health::ExportHealth;
 use super::returns::{Returned, Returns};
 use super::tap::SpanTap;
-use crate::runlog::SpanRecord;
+use crate::figures::RecordBuilder;
+use crate::figures::SpanFigures;
+use crate::names::attribute as attr;
 use crate::sampler::Shared;
-use crate::span::SpanFigures;
 
 /// Queue sizes and timings.
 #[derive(Debug, Clone, Copy)]
@@ -143,8 +144,8 @@ impl QueueProcessor {
         let thread = std::thread::Builder::new()
             .name("gpuspan-spans".into())
             .spawn(move || {
-                super::silence_tracing();
-                super::background_priority();
+                crate::background::silence_tracing();
+                crate::background::background_priority();
                 worker.run(&receiver);
             })?;
         Ok(Self {
@@ -496,24 +497,29 @@ impl<E: SpanExporter + 'static> Worker<E> {
 
     /// Adds the span's memory attributes, shows it to every tap, and buffers it.
     fn accept(&mut self, mut span: SpanData, figures: Option<SpanFigures>) {
-        let mut record = (!self.taps.is_empty()).then(|| SpanRecord::from_span_data(&span));
+        let mut record = (!self.taps.is_empty()).then(|| RecordBuilder::from_span_data(&span));
         if let Some(mut figures) = figures {
             // Allocator peaks the program recorded on the span itself (the Python package's
             // exact per-span peaks) win over the pushed counters' watermark.
             let has = |key: &str| span.attributes.iter().any(|kv| kv.key.as_str() == key);
-            if figures.allocated_peak.is_some() && has("gpu.allocator.allocated.peak") {
+            if figures.allocated_peak.is_some() && has(attr::GPU_ALLOCATOR_ALLOCATED_PEAK) {
                 figures.allocated_peak = None;
             }
-            if figures.reserved_peak.is_some() && has("gpu.allocator.reserved.peak") {
+            if figures.reserved_peak.is_some() && has(attr::GPU_ALLOCATOR_RESERVED_PEAK) {
                 figures.reserved_peak = None;
             }
             if let Some(record) = &mut record {
-                figures.complete_record(&self.shared, record);
+                let indices = self.shared.devices().iter().map(|d| d.index);
+                figures.offer_to(record, self.shared.source_name(), indices);
             }
             // A new list made here: growing the one the training thread allocated would
             // take that thread's allocator lock from this one; the old one goes back there.
             self.attributes.clear();
-            figures.attributes(&self.shared, &mut self.attributes);
+            figures.attributes(
+                self.shared.source_value(),
+                self.shared.all_device_keys(),
+                &mut self.attributes,
+            );
             let mut attributes = Vec::with_capacity(span.attributes.len() + self.attributes.len());
             attributes.append(&mut span.attributes);
             attributes.append(&mut self.attributes);
@@ -533,8 +539,9 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 self.returns.hand_back(&mut self.returned);
             }
         }
-        if let Some(record) = &record {
-            each_tap(&mut self.taps, |tap| tap.on_span(&mut span, record));
+        if let Some(record) = record {
+            let record = record.finish();
+            each_tap(&mut self.taps, |tap| tap.on_span(&mut span, &record));
         }
         self.waiting.push_back(span);
         self.give_up_overflow();
@@ -710,7 +717,7 @@ mod tests {
     use super::{QueueConfig, QueueProcessor, Sink};
     use crate::export::health::ExportHealth;
     use crate::export::tap::SpanTap;
-    use crate::runlog::SpanRecord;
+    use crate::record::SpanRecord;
 
     fn span(i: u64) -> SpanData {
         SpanData {

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use opentelemetry::KeyValue;
 
-use crate::span::DeviceTriple;
+use crate::figures::DeviceTriple;
 
 /// A list allocated where spans end, emptied on the export thread.
 #[derive(Debug)]

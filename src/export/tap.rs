@@ -6,7 +6,7 @@
 
 use opentelemetry_sdk::trace::SpanData;
 
-use crate::runlog::SpanRecord;
+use crate::record::SpanRecord;
 
 /// Sees every exported span, in the order spans ended.
 pub(crate) trait SpanTap: Send {

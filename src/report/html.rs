@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::envelope::envelope;
 use super::run::Run;
-use crate::runlog::Role;
+use crate::record::Role;
 
 /// Buckets embedded over all devices: 2 MiB of envelope, whatever the run's length.
 pub(crate) const BUCKET_BUDGET: usize = 1 << 19;
@@ -194,7 +194,7 @@ fn page_data(run: &Run) -> serde_json::Value {
 }
 
 fn mib(bytes: i64) -> String {
-    format!("{:.1} MiB", bytes as f64 / 1048576.0)
+    crate::util::bytes::mib(bytes as f64, 1)
 }
 
 /// The epoch table and the batch-size fit, as HTML.
@@ -214,7 +214,7 @@ fn tables(run: &Run) -> String {
              <th>host peak</th></tr></thead><tbody>",
         );
         for row in &run.summary.epochs {
-            let gpu = |f: fn(&crate::runlog::Memory) -> i64| {
+            let gpu = |f: fn(&crate::record::Memory) -> i64| {
                 row.gpu.as_ref().map_or("-".into(), |m| mib(f(m)))
             };
             let _ = write!(

@@ -103,7 +103,7 @@ pub(crate) fn observers(
         Some(min) => settings.sample_interval.max(min),
         None => settings.sample_interval,
     };
-    let origin = crate::runlog::unix_nanos(std::time::SystemTime::now());
+    let origin = crate::util::time::unix_nanos(std::time::SystemTime::now());
     let writer = TimelineWriter::start(&dir, &devices, interval, origin).map_err(|source| {
         InitError::RunDir {
             path: dir.join(crate::timeline::file::TIMELINE_FILE),

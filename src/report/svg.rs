@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::runlog::Role;
+use crate::record::Role;
 
 use super::envelope::envelope;
 use super::html::escape;
@@ -21,9 +21,9 @@ const BAR: f64 = 18.0;
 fn mib(bytes: f64, step: f64) -> String {
     if bytes >= 1073741824.0 {
         let decimals = if step < 107374182.4 { 2 } else { 1 };
-        format!("{:.*} GiB", decimals, bytes / 1073741824.0)
+        crate::util::bytes::gib(bytes, decimals)
     } else {
-        format!("{:.0} MiB", bytes / 1048576.0)
+        crate::util::bytes::mib(bytes, 0)
     }
 }
 

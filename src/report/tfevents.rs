@@ -18,7 +18,7 @@ use std::path::Path;
 use opentelemetry_sdk::trace::SpanData;
 
 use crate::export::tap::SpanTap;
-use crate::runlog::{Role, SpanRecord};
+use crate::record::{Role, SpanRecord};
 
 /// CRC-32C (Castagnoli), bitwise per byte through a table.
 fn crc32c(bytes: &[u8]) -> u32 {
@@ -106,7 +106,7 @@ pub(crate) fn record(data: &[u8]) -> Vec<u8> {
 /// The scalars of one span: `<prefix>/<attribute>` for every memory figure it carries.
 pub(crate) fn scalars(prefix: &str, span: &SpanRecord) -> Vec<(String, f32)> {
     let mut out = Vec::new();
-    let mut memory = |name: &str, memory: Option<crate::runlog::Memory>| {
+    let mut memory = |name: &str, memory: Option<crate::record::Memory>| {
         if let Some(m) = memory {
             for (figure, value) in [("start", m.start), ("peak", m.peak), ("end", m.end)] {
                 out.push((format!("{prefix}/{name}.{figure}"), value as f32));

@@ -8,18 +8,8 @@ use std::path::Path;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use super::record::{Role, SpanRecord};
-
-/// Start, peak and end of one memory figure over an epoch, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Memory {
-    /// At the start of the epoch.
-    pub start: i64,
-    /// Highest while it was open.
-    pub peak: i64,
-    /// At its end.
-    pub end: i64,
-}
+use crate::record::{Memory, Role, SpanRecord};
+use crate::util::bytes::{human, signed};
 
 /// One row of the summary.
 #[derive(Debug, Clone, PartialEq)]
@@ -207,19 +197,19 @@ impl RunSummary {
                 if gpu {
                     match e.gpu {
                         Some(m) => row.extend([
-                            bytes(m.start),
-                            bytes(m.peak),
-                            bytes(m.end),
-                            signed_bytes(m.end.saturating_sub(m.start)),
+                            human(m.start),
+                            human(m.peak),
+                            human(m.end),
+                            signed(m.end.saturating_sub(m.start)),
                         ]),
                         None => row.extend(["-".into(), "-".into(), "-".into(), "-".into()]),
                     }
                 }
                 if process {
-                    row.push(e.process_gpu_peak.map_or("-".into(), bytes));
+                    row.push(e.process_gpu_peak.map_or("-".into(), human));
                 }
                 match e.host {
-                    Some(m) => row.extend([bytes(m.start), bytes(m.peak), bytes(m.end)]),
+                    Some(m) => row.extend([human(m.start), human(m.peak), human(m.end)]),
                     None => row.extend(["-".into(), "-".into(), "-".into()]),
                 }
                 if let Some(error) = &e.error {
@@ -278,45 +268,5 @@ impl RunSummary {
             .map(|(_, m)| m.as_str())
             .collect();
         (!marks.is_empty()).then(|| format!("<- {}", marks.join(", ")))
-    }
-}
-
-/// Bytes in binary units, three significant digits.
-pub(crate) fn bytes(value: i64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = value.unsigned_abs() as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    let sign = if value < 0 { "-" } else { "" };
-    if unit == 0 {
-        format!("{sign}{v:.0} B")
-    } else if v >= 100.0 {
-        format!("{sign}{v:.0} {}", UNITS[unit])
-    } else {
-        format!("{sign}{v:.1} {}", UNITS[unit])
-    }
-}
-
-fn signed_bytes(value: i64) -> String {
-    if value > 0 {
-        format!("+{}", bytes(value))
-    } else {
-        bytes(value)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bytes;
-
-    #[test]
-    fn byte_counts_read_in_binary_units() {
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(150 << 20), "150 MiB");
-        assert_eq!(bytes(-(3 << 30)), "-3.0 GiB");
     }
 }

@@ -5,8 +5,6 @@
 //! framework pushes (`allocator`) are read separately, so host memory can never end up under
 //! a `gpu.` name.
 
-pub(crate) mod allocator;
-pub(crate) mod choose;
 pub(crate) mod host;
 #[cfg(feature = "nvml")]
 pub(crate) mod nvml;

@@ -1,6 +1,7 @@
 //! Setting up and shutting down: `init()`, the [`Telemetry`] guard, and what it holds.
 
 mod builder;
+mod gpu_source;
 mod pipeline;
 mod shutdown;
 
@@ -304,7 +305,7 @@ impl Inner {
         diagnose: crate::diagnose::settings::DiagnoseSettings,
         pictures: crate::report::setup::Pictures,
     ) -> Result<Self, InitError> {
-        let source = custom_source.or_else(|| crate::source::choose::open_gpu_source(&settings));
+        let source = custom_source.or_else(|| gpu_source::open_gpu_source(&settings));
         observers.extend(crate::report::setup::observers(
             pictures,
             &settings,

@@ -41,9 +41,9 @@ pub(super) fn write_span(out: &mut Vec<u8>, span: &SpanData) -> io::Result<()> {
     out.extend_from_slice(b",\"kind\":");
     number(out, kind(&span.span_kind));
     out.extend_from_slice(b",\"startTimeUnixNano\":\"");
-    number(out, crate::runlog::unix_nanos(span.start_time));
+    number(out, crate::util::time::unix_nanos(span.start_time));
     out.extend_from_slice(b"\",\"endTimeUnixNano\":\"");
-    number(out, crate::runlog::unix_nanos(span.end_time));
+    number(out, crate::util::time::unix_nanos(span.end_time));
     out.extend_from_slice(b"\",\"attributes\":");
     attributes(out, &span.attributes)?;
     out.extend_from_slice(b",\"droppedAttributesCount\":");
@@ -56,7 +56,7 @@ pub(super) fn write_span(out: &mut Vec<u8>, span: &SpanData) -> io::Result<()> {
         write!(
             out,
             "{{\"timeUnixNano\":\"{}\",\"name\":",
-            crate::runlog::unix_nanos(event.timestamp)
+            crate::util::time::unix_nanos(event.timestamp)
         )?;
         string(out, &event.name)?;
         out.extend_from_slice(b",\"attributes\":");

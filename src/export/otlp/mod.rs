@@ -25,8 +25,8 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, InitError> {
         .thread_name("gpuspan-export")
         // The transport's own tracing spans are not the program's: no subscriber here.
         .on_thread_start(|| {
-            super::silence_tracing();
-            super::background_priority();
+            crate::background::silence_tracing();
+            crate::background::background_priority();
         })
         .enable_all()
         .build()

@@ -9,7 +9,6 @@
 //! the recorder's own thread, which builds and writes the JSON: sampling never waits for a
 //! file, and is not held back most exactly when memory is near its limit.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -18,129 +17,21 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
-use serde::Serialize;
+
+mod file;
+mod ring;
+
+use file::{write_jobs, Job};
+use ring::{rise_start, Ring, Snapshot};
 
 use super::open_spans::{OpenSpan, OpenSpans};
 use super::Counts;
+use crate::names::{attribute as attr, event};
 use crate::timeline::{Tick, TickObserver};
-
-/// Event on the innermost open span when a device crosses the threshold.
-pub(crate) const NEAR_OOM_EVENT: &str = "gpu.memory.near_oom";
-/// Event on the innermost open span when the program reports an out-of-memory error.
-pub(crate) const OOM_EVENT: &str = "gpu.memory.oom";
+use crate::util::sync::lock;
 
 /// Findings kept while they wait for their span.
 const MAX_PENDING: usize = 64;
-
-/// The last `window` of ticks, column by column, so that a finding copies it out in a few
-/// slice copies. A full ring reuses its buffers and allocates nothing.
-#[derive(Debug, Default)]
-struct Ring {
-    window_nanos: u64,
-    times: VecDeque<u64>,
-    /// One column per device.
-    used: Vec<VecDeque<Option<u64>>>,
-    process_gpu: VecDeque<Option<u64>>,
-    allocated: VecDeque<Option<u64>>,
-    reserved: VecDeque<Option<u64>>,
-    /// The latest tick's totals.
-    totals: Vec<Option<u64>>,
-    /// Per device: armed until it crosses, re-armed once it falls back below.
-    armed: Vec<bool>,
-}
-
-impl Ring {
-    fn new(window_nanos: u64) -> Self {
-        Self {
-            window_nanos,
-            ..Self::default()
-        }
-    }
-
-    fn push(&mut self, tick: &Tick<'_>) {
-        if tick.devices.len() != self.used.len() {
-            // The device list is fixed for a sampler's life; a change starts afresh.
-            *self = Self::new(self.window_nanos);
-            self.used = vec![VecDeque::new(); tick.devices.len()];
-        }
-        let horizon = tick.unix_nanos.saturating_sub(self.window_nanos);
-        let mut old = 0;
-        while self.times.get(old).is_some_and(|&t| t < horizon) {
-            old += 1;
-        }
-        if old > 0 {
-            self.times.drain(..old);
-            for column in &mut self.used {
-                column.drain(..old);
-            }
-            self.process_gpu.drain(..old);
-            self.allocated.drain(..old);
-            self.reserved.drain(..old);
-        }
-        self.times.push_back(tick.unix_nanos);
-        for (column, used) in self.used.iter_mut().zip(tick.devices) {
-            column.push_back(*used);
-        }
-        self.process_gpu.push_back(tick.process_gpu);
-        self.allocated.push_back(tick.allocated);
-        self.reserved.push_back(tick.reserved);
-        self.totals.clear();
-        self.totals.extend_from_slice(tick.totals);
-    }
-
-    /// An owned copy of the ring, for the writer thread.
-    fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            times: copy(&self.times),
-            used: self.used.iter().map(copy).collect(),
-            process_gpu: copy(&self.process_gpu),
-            allocated: copy(&self.allocated),
-            reserved: copy(&self.reserved),
-            totals: self.totals.clone(),
-        }
-    }
-}
-
-/// A ring's contents in one piece each: slice copies, not element by element.
-fn copy<T: Copy>(column: &VecDeque<T>) -> Vec<T> {
-    let (front, back) = column.as_slices();
-    let mut out = Vec::with_capacity(front.len() + back.len());
-    out.extend_from_slice(front);
-    out.extend_from_slice(back);
-    out
-}
-
-/// The ring as it stood at a finding, owned by the finding.
-#[derive(Debug, Default)]
-struct Snapshot {
-    times: Vec<u64>,
-    /// One column per device.
-    used: Vec<Vec<Option<u64>>>,
-    process_gpu: Vec<Option<u64>>,
-    allocated: Vec<Option<u64>>,
-    reserved: Vec<Option<u64>>,
-    totals: Vec<Option<u64>>,
-}
-
-impl Snapshot {
-    fn devices(&self) -> usize {
-        self.used.len()
-    }
-
-    /// Device `device`'s figure at every tick, oldest first.
-    fn column(&self, device: usize) -> &[Option<u64>] {
-        self.used.get(device).map_or(&[], Vec::as_slice)
-    }
-
-    /// The latest figure of `device`.
-    fn last_used(&self, device: usize) -> Option<u64> {
-        self.column(device).last().copied().flatten()
-    }
-
-    fn total(&self, device: usize) -> Option<u64> {
-        self.totals.get(device).copied().flatten()
-    }
-}
 
 /// A finding waiting for the innermost span open at `unix_nanos` to be exported.
 #[derive(Debug, Clone)]
@@ -148,126 +39,6 @@ pub(crate) struct PendingEvent {
     pub(crate) name: &'static str,
     pub(crate) unix_nanos: u64,
     pub(crate) attributes: Vec<KeyValue>,
-}
-
-/// What one finding writes: everything the file says, owned, so that the writer thread
-/// builds the JSON.
-struct Job {
-    path: PathBuf,
-    event: &'static str,
-    unix_nanos: u64,
-    message: Option<String>,
-    threshold: f64,
-    /// Position of the device in the sampler's order.
-    device: usize,
-    /// NVML index of every device, in the sampler's order.
-    indexes: Vec<i64>,
-    used: Option<u64>,
-    limit: Option<u64>,
-    rise: Option<(u64, u64)>,
-    rise_span: Option<String>,
-    open: Vec<OpenSpan>,
-    /// Shared by the findings of one tick.
-    ring: Arc<Snapshot>,
-    /// The warning line printed once the file is written.
-    warning: String,
-    done: Option<SyncSender<()>>,
-}
-
-impl Job {
-    /// The file's contents, borrowed from the job: written straight out, with no JSON tree
-    /// of the window built in memory first.
-    fn body(&self) -> Body<'_> {
-        Body {
-            event: self.event,
-            time_unix_nano: self.unix_nanos,
-            message: self.message.as_deref(),
-            threshold: self.threshold,
-            device: DeviceBody {
-                index: self.indexes.get(self.device).copied(),
-                used: self.used,
-                limit: self.limit,
-            },
-            rise: RiseBody {
-                start_unix_nano: self.rise.map(|r| r.0),
-                from: self.rise.map(|r| r.1),
-                span: self.rise_span.as_deref(),
-            },
-            open_spans: self
-                .open
-                .iter()
-                .map(|s| OpenSpanBody {
-                    name: s.name,
-                    index: s.index.map(|i| i.1),
-                    start_unix_nano: s.start_unix_nanos,
-                })
-                .collect(),
-            timeline: TimelineBody {
-                unix_nano: &self.ring.times,
-                devices: (0..self.ring.devices())
-                    .map(|d| DeviceColumn {
-                        index: self.indexes.get(d).copied().unwrap_or(d as i64),
-                        used: self.ring.column(d),
-                        limit: self.ring.total(d),
-                    })
-                    .collect(),
-                process_gpu: &self.ring.process_gpu,
-                allocated: &self.ring.allocated,
-                reserved: &self.ring.reserved,
-            },
-        }
-    }
-}
-
-/// `near-oom-<time>.json`.
-#[derive(Serialize)]
-struct Body<'a> {
-    event: &'static str,
-    time_unix_nano: u64,
-    message: Option<&'a str>,
-    threshold: f64,
-    device: DeviceBody,
-    rise: RiseBody<'a>,
-    open_spans: Vec<OpenSpanBody>,
-    timeline: TimelineBody<'a>,
-}
-
-#[derive(Serialize)]
-struct DeviceBody {
-    index: Option<i64>,
-    used: Option<u64>,
-    limit: Option<u64>,
-}
-
-#[derive(Serialize)]
-struct RiseBody<'a> {
-    start_unix_nano: Option<u64>,
-    from: Option<u64>,
-    span: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct OpenSpanBody {
-    name: &'static str,
-    index: Option<i64>,
-    start_unix_nano: u64,
-}
-
-/// The ring as columns: times, then each figure per device.
-#[derive(Serialize)]
-struct TimelineBody<'a> {
-    unix_nano: &'a [u64],
-    devices: Vec<DeviceColumn<'a>>,
-    process_gpu: &'a [Option<u64>],
-    allocated: &'a [Option<u64>],
-    reserved: &'a [Option<u64>],
-}
-
-#[derive(Serialize)]
-struct DeviceColumn<'a> {
-    index: i64,
-    used: &'a [Option<u64>],
-    limit: Option<u64>,
 }
 
 /// Shared by the ring observer (sampler thread), the span tap (export thread),
@@ -288,10 +59,6 @@ pub(crate) struct Recorder {
     written: AtomicU64,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Recorders of the running telemetries, for [`record_oom`] and the panic hook.
 static RECORDERS: Mutex<Vec<Weak<Recorder>>> = Mutex::new(Vec::new());
 
@@ -309,7 +76,7 @@ impl Recorder {
             .name("gpuspan-near-oom".into())
             .spawn(move || {
                 // Writing a window of JSON takes a while: the sampler comes first.
-                crate::export::lowest_priority();
+                crate::background::lowest_priority();
                 write_jobs(&receiver);
             })?;
         let recorder = Arc::new(Self {
@@ -380,7 +147,7 @@ impl Recorder {
         for device in crossed {
             let _ = self.found(
                 &snapshot,
-                NEAR_OOM_EVENT,
+                event::NEAR_OOM,
                 device,
                 tick.unix_nanos,
                 None,
@@ -418,14 +185,14 @@ impl Recorder {
     }
 
     fn oom_finding(&self, ring: &Arc<Snapshot>, message: &str) -> Option<Receiver<()>> {
-        let now = crate::runlog::unix_nanos(SystemTime::now());
+        let now = crate::util::time::unix_nanos(SystemTime::now());
         let device = (0..ring.devices())
             .filter_map(|i| Some((i, ring.last_used(i)? as f64 / ring.total(i)?.max(1) as f64)))
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(i, _)| i);
         self.found(
             ring,
-            OOM_EVENT,
+            event::OOM,
             device.unwrap_or(0),
             now,
             Some(message),
@@ -451,19 +218,19 @@ impl Recorder {
         let open = self.open_spans.open();
         let name = self.file_name(unix_nanos);
 
-        let mut attributes = vec![KeyValue::new("gpu.index", self.device_index(device))];
-        attributes.extend(used.map(|u| KeyValue::new("gpu.memory.used", clamp(u))));
-        attributes.extend(limit.map(|l| KeyValue::new("gpu.memory.limit", clamp(l))));
+        let mut attributes = vec![KeyValue::new(attr::GPU_INDEX, self.device_index(device))];
+        attributes.extend(used.map(|u| KeyValue::new(attr::GPU_MEMORY_USED, clamp(u))));
+        attributes.extend(limit.map(|l| KeyValue::new(attr::GPU_MEMORY_LIMIT, clamp(l))));
         if let Some((_, from)) = rise {
-            attributes.push(KeyValue::new("gpu.memory.rise.from", clamp(from)));
+            attributes.push(KeyValue::new(attr::GPU_MEMORY_RISE_FROM, clamp(from)));
         }
         if let Some(span) = &rise_span {
-            attributes.push(KeyValue::new("gpu.memory.rise.span", span.label()));
+            attributes.push(KeyValue::new(attr::GPU_MEMORY_RISE_SPAN, span.label()));
         }
         if let Some(message) = message {
-            attributes.push(KeyValue::new("exception.message", message.to_owned()));
+            attributes.push(KeyValue::new(attr::EXCEPTION_MESSAGE, message.to_owned()));
         }
-        attributes.push(KeyValue::new("gpu.memory.timeline", name.clone()));
+        attributes.push(KeyValue::new(attr::GPU_MEMORY_TIMELINE, name.clone()));
         let mut pending = self.pending();
         // A finding no exported span covers (none was open) waits for nothing: keep few.
         if pending.len() >= MAX_PENDING {
@@ -475,7 +242,7 @@ impl Recorder {
             attributes,
         });
         drop(pending);
-        let counter = if event == OOM_EVENT {
+        let counter = if event == event::OOM {
             &self.counts.oom
         } else {
             &self.counts.near_oom
@@ -494,8 +261,8 @@ impl Recorder {
                 "gpu {} at {:.0}% of its memory ({} of {})",
                 self.device_index(device),
                 used as f64 / limit.max(1) as f64 * 100.0,
-                crate::runlog::format_bytes(clamp(used)),
-                crate::runlog::format_bytes(clamp(limit))
+                crate::util::bytes::human(clamp(used)),
+                crate::util::bytes::human(clamp(limit))
             ),
             _ => "near out of memory".to_owned(),
         };
@@ -528,7 +295,7 @@ impl Recorder {
 
     /// `near-oom-YYYYMMDD-HHMMSS.mmm.json` (UTC), with a counter past the first.
     fn file_name(&self, unix_nanos: u64) -> String {
-        let (date, time) = crate::runlog::utc_date_time(unix_nanos / 1_000_000_000);
+        let (date, time) = crate::util::time::utc_date_time(unix_nanos / 1_000_000_000);
         let millis = unix_nanos / 1_000_000 % 1000;
         match self.written.fetch_add(1, Ordering::Relaxed) {
             0 => format!("near-oom-{date}-{time}.{millis:03}.json"),
@@ -564,62 +331,6 @@ impl Recorder {
 
 fn clamp(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// When the rise to the crossing began: the first tick after the device last stood within
-/// a tenth of the way from the ring's lowest figure to the latest one, with that low
-/// figure.
-fn rise_start(ring: &Snapshot, device: usize) -> Option<(u64, u64)> {
-    let latest = ring.last_used(device)?;
-    let column = ring.column(device);
-    // Plain loops over the slice: this runs on the sampler thread, once per crossing device.
-    let mut lowest = u64::MAX;
-    for value in column {
-        if let Some(value) = *value {
-            lowest = lowest.min(value);
-        }
-    }
-    let mark = lowest + latest.saturating_sub(lowest) / 10;
-    let mut low = column.len();
-    while low > 0 {
-        low -= 1;
-        if let Some(value) = column[low] {
-            if value <= mark {
-                let risen = ring.times.get(low + 1).unwrap_or(&ring.times[low]);
-                return Some((*risen, value));
-            }
-        }
-    }
-    None
-}
-
-fn write_jobs(jobs: &Receiver<Job>) {
-    for job in jobs {
-        match write_job(&job) {
-            Ok(()) => eprintln!("{}", job.warning),
-            Err(error) => eprintln!(
-                "gpuspan: warning: cannot write {}: {error}",
-                job.path.display()
-            ),
-        }
-        if let Some(done) = job.done {
-            let _ = done.send(());
-        }
-    }
-}
-
-fn write_job(job: &Job) -> std::io::Result<()> {
-    use std::io::Write as _;
-    if let Some(dir) = job.path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let body = job.body();
-    let mut file = std::io::BufWriter::new(std::fs::File::create(&job.path)?);
-    serde_json::to_writer(&mut file, &body)?;
-    file.write_all(b"\n")?;
-    // Written, not synced: the page cache outlives the process (what an out-of-memory
-    // error may end), and an fsync on a busy disk stalls the sampler's ticks with it.
-    file.flush()
 }
 
 /// Keeps the ring on the sampler thread.

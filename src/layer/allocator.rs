@@ -1,7 +1,7 @@
 //! Counters a framework's allocator pushes (bytes allocated and reserved by its caching
 //! allocator), for the figures NVML cannot see: how much of the reserved pool is in use.
 
-use crate::layer::with_current;
+use super::with_current;
 
 /// Records the framework allocator's counters, in bytes.
 ///

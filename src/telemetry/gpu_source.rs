@@ -3,11 +3,14 @@
 
 use crate::config::Settings;
 use crate::source::MemorySource;
+#[cfg(feature = "nvml")]
+use crate::source::nvml;
+use crate::source::smi;
 
 /// Opens the best source the machine has; `None` (with a warning) when there is none.
 pub(crate) fn open_gpu_source(settings: &Settings) -> Option<Box<dyn MemorySource>> {
     #[cfg(feature = "nvml")]
-    let why = match super::nvml::NvmlSource::open(settings.nvml_lib.as_deref(), &settings.devices) {
+    let why = match nvml::NvmlSource::open(settings.nvml_lib.as_deref(), &settings.devices) {
         Ok(source) => return Some(Box::new(source)),
         Err(why) => why.0,
     };
@@ -17,15 +20,15 @@ pub(crate) fn open_gpu_source(settings: &Settings) -> Option<Box<dyn MemorySourc
     let program = settings
         .search_path
         .as_deref()
-        .and_then(super::smi::find_nvidia_smi);
+        .and_then(smi::find_nvidia_smi);
     if let Some(program) = program {
-        match super::smi::SmiSource::open(&program, &settings.devices) {
+        match smi::SmiSource::open(&program, &settings.devices) {
             Ok(source) => {
                 eprintln!(
                     "gpuspan: warning: {why}; reading GPU memory from {} instead, every {} ms, \
                      so spikes shorter than that may be missed",
                     program.display(),
-                    super::smi::MIN_INTERVAL.as_millis()
+                    smi::MIN_INTERVAL.as_millis()
                 );
                 return Some(Box::new(source));
             }

@@ -1,0 +1,160 @@
+//! A finding's `near-oom-<time>.json`, built and written on the recorder's own thread.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::ring::Snapshot;
+use crate::diagnose::open_spans::OpenSpan;
+
+/// What one finding writes: everything the file says, owned, so that the writer thread
+/// builds the JSON.
+pub(super) struct Job {
+    pub(super) path: PathBuf,
+    pub(super) event: &'static str,
+    pub(super) unix_nanos: u64,
+    pub(super) message: Option<String>,
+    pub(super) threshold: f64,
+    /// Position of the device in the sampler's order.
+    pub(super) device: usize,
+    /// NVML index of every device, in the sampler's order.
+    pub(super) indexes: Vec<i64>,
+    pub(super) used: Option<u64>,
+    pub(super) limit: Option<u64>,
+    pub(super) rise: Option<(u64, u64)>,
+    pub(super) rise_span: Option<String>,
+    pub(super) open: Vec<OpenSpan>,
+    /// Shared by the findings of one tick.
+    pub(super) ring: Arc<Snapshot>,
+    /// The warning line printed once the file is written.
+    pub(super) warning: String,
+    pub(super) done: Option<SyncSender<()>>,
+}
+
+impl Job {
+    /// The file's contents, borrowed from the job: written straight out, with no JSON tree
+    /// of the window built in memory first.
+    pub(super) fn body(&self) -> Body<'_> {
+        Body {
+            event: self.event,
+            time_unix_nano: self.unix_nanos,
+            message: self.message.as_deref(),
+            threshold: self.threshold,
+            device: DeviceBody {
+                index: self.indexes.get(self.device).copied(),
+                used: self.used,
+                limit: self.limit,
+            },
+            rise: RiseBody {
+                start_unix_nano: self.rise.map(|r| r.0),
+                from: self.rise.map(|r| r.1),
+                span: self.rise_span.as_deref(),
+            },
+            open_spans: self
+                .open
+                .iter()
+                .map(|s| OpenSpanBody {
+                    name: s.name,
+                    index: s.index.map(|i| i.1),
+                    start_unix_nano: s.start_unix_nanos,
+                })
+                .collect(),
+            timeline: TimelineBody {
+                unix_nano: &self.ring.times,
+                devices: (0..self.ring.devices())
+                    .map(|d| DeviceColumn {
+                        index: self.indexes.get(d).copied().unwrap_or(d as i64),
+                        used: self.ring.column(d),
+                        limit: self.ring.total(d),
+                    })
+                    .collect(),
+                process_gpu: &self.ring.process_gpu,
+                allocated: &self.ring.allocated,
+                reserved: &self.ring.reserved,
+            },
+        }
+    }
+}
+
+/// `near-oom-<time>.json`.
+#[derive(Serialize)]
+pub(super) struct Body<'a> {
+    pub(super) event: &'static str,
+    pub(super) time_unix_nano: u64,
+    pub(super) message: Option<&'a str>,
+    pub(super) threshold: f64,
+    pub(super) device: DeviceBody,
+    pub(super) rise: RiseBody<'a>,
+    pub(super) open_spans: Vec<OpenSpanBody>,
+    pub(super) timeline: TimelineBody<'a>,
+}
+
+#[derive(Serialize)]
+pub(super) struct DeviceBody {
+    pub(super) index: Option<i64>,
+    pub(super) used: Option<u64>,
+    pub(super) limit: Option<u64>,
+}
+
+#[derive(Serialize)]
+pub(super) struct RiseBody<'a> {
+    pub(super) start_unix_nano: Option<u64>,
+    pub(super) from: Option<u64>,
+    pub(super) span: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+pub(super) struct OpenSpanBody {
+    pub(super) name: &'static str,
+    pub(super) index: Option<i64>,
+    pub(super) start_unix_nano: u64,
+}
+
+/// The ring as columns: times, then each figure per device.
+#[derive(Serialize)]
+pub(super) struct TimelineBody<'a> {
+    pub(super) unix_nano: &'a [u64],
+    pub(super) devices: Vec<DeviceColumn<'a>>,
+    pub(super) process_gpu: &'a [Option<u64>],
+    pub(super) allocated: &'a [Option<u64>],
+    pub(super) reserved: &'a [Option<u64>],
+}
+
+#[derive(Serialize)]
+pub(super) struct DeviceColumn<'a> {
+    pub(super) index: i64,
+    pub(super) used: &'a [Option<u64>],
+    pub(super) limit: Option<u64>,
+}
+
+
+pub(super) fn write_jobs(jobs: &Receiver<Job>) {
+    for job in jobs {
+        match write_job(&job) {
+            Ok(()) => eprintln!("{}", job.warning),
+            Err(error) => eprintln!(
+                "gpuspan: warning: cannot write {}: {error}",
+                job.path.display()
+            ),
+        }
+        if let Some(done) = job.done {
+            let _ = done.send(());
+        }
+    }
+}
+
+pub(super) fn write_job(job: &Job) -> std::io::Result<()> {
+    use std::io::Write as _;
+    if let Some(dir) = job.path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let body = job.body();
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&job.path)?);
+    serde_json::to_writer(&mut file, &body)?;
+    file.write_all(b"\n")?;
+    // Written, not synced: the page cache outlives the process (what an out-of-memory
+    // error may end), and an fsync on a busy disk stalls the sampler's ticks with it.
+    file.flush()
+}

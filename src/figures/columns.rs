@@ -1,0 +1,111 @@
+//! The table of a span's memory attributes: one row per figure, with its key, how to read
+//! it from [`SpanFigures`], and where it lands in a record read back. The macros declare
+//! these keys as tracing fields, in this order, and [`SpanFigures::attributes`] writes
+//! them as OTel attributes from the same rows.
+
+use opentelemetry::Value;
+
+use super::read::Slot;
+use super::{delta, int, SpanFigures, Triple};
+use crate::names::attribute as attr;
+
+/// A figure's value on the wire: byte counts are integers, ratios floats.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+impl Number {
+    /// As an OTel attribute value.
+    pub(crate) fn value(self) -> Value {
+        match self {
+            Self::Int(v) => Value::I64(v),
+            Self::Float(v) => Value::F64(v),
+        }
+    }
+
+    /// As a tracing field value.
+    pub(crate) fn as_field(&self) -> &dyn tracing::field::Value {
+        match self {
+            Self::Int(v) => v,
+            Self::Float(v) => v,
+        }
+    }
+}
+
+/// One row: a key, how to read its figure, and its place in a record read back (`None`:
+/// the record does not keep it).
+#[derive(Debug)]
+pub(crate) struct Column {
+    pub(crate) key: &'static str,
+    pub(crate) read: fn(&SpanFigures) -> Option<Number>,
+    pub(crate) slot: Option<Slot>,
+}
+
+const fn column(key: &'static str, read: fn(&SpanFigures) -> Option<Number>, slot: Slot) -> Column {
+    Column {
+        key,
+        read,
+        slot: Some(slot),
+    }
+}
+
+fn start(t: Option<Triple>) -> Option<Number> {
+    t.map(|t| Number::Int(int(t.start)))
+}
+fn end(t: Option<Triple>) -> Option<Number> {
+    t.map(|t| Number::Int(int(t.end)))
+}
+fn peak(t: Option<Triple>) -> Option<Number> {
+    t.map(|t| Number::Int(int(t.peak)))
+}
+
+/// Every figure a memory span carries as a tracing field, in the macros' order.
+pub(crate) const TRACED: [Column; 13] = [
+    column(attr::GPU_MEMORY_START, |f| start(f.gpu), Slot::GpuStart),
+    column(attr::GPU_MEMORY_END, |f| end(f.gpu), Slot::GpuEnd),
+    column(attr::GPU_MEMORY_PEAK, |f| peak(f.gpu), Slot::GpuPeak),
+    Column {
+        key: attr::GPU_MEMORY_DELTA,
+        read: |f| f.gpu.map(|t| Number::Int(delta(t))),
+        slot: None,
+    },
+    Column {
+        key: attr::GPU_MEMORY_IMBALANCE,
+        read: |f| f.imbalance().map(Number::Float),
+        slot: None,
+    },
+    column(
+        attr::GPU_PROCESS_MEMORY_START,
+        |f| start(f.process_gpu),
+        Slot::ProcessStart,
+    ),
+    column(
+        attr::GPU_PROCESS_MEMORY_END,
+        |f| end(f.process_gpu),
+        Slot::ProcessEnd,
+    ),
+    column(
+        attr::GPU_PROCESS_MEMORY_PEAK,
+        |f| peak(f.process_gpu),
+        Slot::ProcessPeak,
+    ),
+    column(
+        attr::GPU_ALLOCATOR_ALLOCATED_PEAK,
+        |f| f.allocated_peak.map(|v| Number::Int(int(v))),
+        Slot::AllocatedPeak,
+    ),
+    column(
+        attr::GPU_ALLOCATOR_RESERVED_PEAK,
+        |f| f.reserved_peak.map(|v| Number::Int(int(v))),
+        Slot::ReservedPeak,
+    ),
+    column(
+        attr::PROCESS_MEMORY_START,
+        |f| start(f.host),
+        Slot::HostStart,
+    ),
+    column(attr::PROCESS_MEMORY_END, |f| end(f.host), Slot::HostEnd),
+    column(attr::PROCESS_MEMORY_PEAK, |f| peak(f.host), Slot::HostPeak),
+];

@@ -1,0 +1,159 @@
+//! Every name gpuspan writes on the wire: span names, attribute keys, event names and
+//! metric instruments, in one place, as `opentelemetry-semantic-conventions` keeps the
+//! OTel ones. These strings are public API (the contract in the README lists them): code
+//! that writes or reads one of them takes it from here, never spells it again.
+//!
+//! This module imports nothing: it is the ground every other module stands on.
+
+/// Span names.
+pub mod span {
+    /// The span of one epoch (`epoch_span!`).
+    pub const EPOCH: &str = "epoch";
+    /// The span of one training step (`step_span!`).
+    pub const STEP: &str = "step";
+}
+
+/// Span and resource attribute keys.
+pub mod attribute {
+    /// The epoch index given to `epoch_span!`.
+    pub const ML_EPOCH: &str = "ml.epoch";
+    /// The step index given to `step_span!`.
+    pub const ML_STEP: &str = "ml.step";
+    /// The batch size a step span may carry (read by the batch-size fit).
+    pub const BATCH_SIZE: &str = "batch_size";
+
+    /// Device memory in use at the span's start, summed over the devices in scope.
+    pub const GPU_MEMORY_START: &str = "gpu.memory.start";
+    /// Device memory in use at the span's end.
+    pub const GPU_MEMORY_END: &str = "gpu.memory.end";
+    /// The highest device memory in use while the span was open.
+    pub const GPU_MEMORY_PEAK: &str = "gpu.memory.peak";
+    /// End minus start.
+    pub const GPU_MEMORY_DELTA: &str = "gpu.memory.delta";
+    /// (max - min) / max of the per-device peaks, with several devices.
+    pub const GPU_MEMORY_IMBALANCE: &str = "gpu.memory.imbalance";
+    /// Where the figures came from: `nvml`, `nvidia-smi` or `none`.
+    pub const GPU_MEMORY_SOURCE: &str = "gpu.memory.source";
+    /// How many samples the peak was taken over.
+    pub const GPU_MEMORY_SAMPLES: &str = "gpu.memory.samples";
+    /// The sampling interval the figures of another program's span were read at.
+    pub const GPU_MEMORY_RESOLUTION: &str = "gpu.memory.resolution";
+    /// The prefix every device-memory key shares (`gpu.memory.*`).
+    pub const GPU_MEMORY_PREFIX: &str = "gpu.memory.";
+
+    /// This process's own device memory at the span's start (NVML's process list).
+    pub const GPU_PROCESS_MEMORY_START: &str = "gpu.process.memory.start";
+    /// This process's own device memory at the span's end.
+    pub const GPU_PROCESS_MEMORY_END: &str = "gpu.process.memory.end";
+    /// This process's own highest device memory while the span was open.
+    pub const GPU_PROCESS_MEMORY_PEAK: &str = "gpu.process.memory.peak";
+
+    /// The framework allocator's highest allocated bytes while the span was open.
+    pub const GPU_ALLOCATOR_ALLOCATED_PEAK: &str = "gpu.allocator.allocated.peak";
+    /// The framework allocator's highest reserved bytes while the span was open.
+    pub const GPU_ALLOCATOR_RESERVED_PEAK: &str = "gpu.allocator.reserved.peak";
+    /// Reserved minus allocated at the peak: memory the allocator holds but does not use.
+    pub const GPU_ALLOCATOR_FRAGMENTATION_PEAK: &str = "gpu.allocator.fragmentation.peak";
+    /// Process device memory minus allocator reserved: what the framework does not see.
+    pub const GPU_MEMORY_NON_ALLOCATOR_PEAK: &str = "gpu.memory.non_allocator.peak";
+
+    /// Host resident memory of this process at the span's start.
+    pub const PROCESS_MEMORY_START: &str = "process.memory.start";
+    /// Host resident memory at the span's end.
+    pub const PROCESS_MEMORY_END: &str = "process.memory.end";
+    /// The highest host resident memory while the span was open.
+    pub const PROCESS_MEMORY_PEAK: &str = "process.memory.peak";
+
+    /// A device's NVML index (on events and device metrics).
+    pub const GPU_INDEX: &str = "gpu.index";
+    /// Device memory in use when a near-OOM or OOM finding was made.
+    pub const GPU_MEMORY_USED: &str = "gpu.memory.used";
+    /// The device's total memory, on near-OOM and OOM findings.
+    pub const GPU_MEMORY_LIMIT: &str = "gpu.memory.limit";
+    /// The budget a span's peak went over.
+    pub const GPU_MEMORY_BUDGET: &str = "gpu.memory.budget";
+    /// Memory in use when the rise that led to a near-OOM began.
+    pub const GPU_MEMORY_RISE_FROM: &str = "gpu.memory.rise.from";
+    /// The innermost span open when that rise began.
+    pub const GPU_MEMORY_RISE_SPAN: &str = "gpu.memory.rise.span";
+    /// The timeline file written for a near-OOM or OOM finding.
+    pub const GPU_MEMORY_TIMELINE: &str = "gpu.memory.timeline";
+    /// Which leak rule fired.
+    pub const GPU_MEMORY_LEAK_RULE: &str = "gpu.memory.leak.rule";
+    /// The first figure of the leak's series.
+    pub const GPU_MEMORY_LEAK_FIRST: &str = "gpu.memory.leak.first";
+    /// The last figure of the leak's series.
+    pub const GPU_MEMORY_LEAK_LAST: &str = "gpu.memory.leak.last";
+    /// How many points the leak rule read.
+    pub const GPU_MEMORY_LEAK_POINTS: &str = "gpu.memory.leak.points";
+    /// Growth per epoch, in bytes, of a suspected leak.
+    pub const GPU_MEMORY_LEAK_GROWTH_PER_EPOCH: &str = "gpu.memory.leak.growth_per_epoch";
+    /// Growth per step, in bytes, of a suspected leak read from the step trend.
+    pub const GPU_MEMORY_LEAK_GROWTH_PER_STEP: &str = "gpu.memory.leak.growth_per_step";
+    /// The message of an out-of-memory error (OTel's exception convention).
+    pub const EXCEPTION_MESSAGE: &str = "exception.message";
+
+    /// Resource: the run's id, shared by every process of the run.
+    pub const ML_RUN_ID: &str = "ml.run.id";
+    /// Resource: the process's rank in the job.
+    pub const ML_RANK: &str = "ml.rank";
+    /// Resource: the process's rank on its node.
+    pub const ML_LOCAL_RANK: &str = "ml.local_rank";
+    /// Resource: how many ranks the job has.
+    pub const ML_WORLD_SIZE: &str = "ml.world_size";
+    /// Resource: the process id.
+    pub const PROCESS_PID: &str = "process.pid";
+    /// Resource: the host's name.
+    pub const HOST_NAME: &str = "host.name";
+    /// Resource: the service's name.
+    pub const SERVICE_NAME: &str = "service.name";
+    /// `gpuspan run`'s span: the command it ran.
+    pub const PROCESS_COMMAND_LINE: &str = "process.command_line";
+    /// `gpuspan run`'s span: the command's exit code.
+    pub const PROCESS_EXIT_CODE: &str = "process.exit.code";
+
+    /// Device metrics: the device's UUID.
+    pub const HW_ID: &str = "hw.id";
+    /// Device metrics: the device's name.
+    pub const HW_NAME: &str = "hw.name";
+    /// Device metrics: the device's vendor.
+    pub const HW_VENDOR: &str = "hw.vendor";
+    /// Device metrics: `gpu`.
+    pub const HW_TYPE: &str = "hw.type";
+    /// `hw.gpu.utilization`'s task (`general`).
+    pub const HW_GPU_TASK: &str = "hw.gpu.task";
+}
+
+/// Span event names: the findings of diagnosis.
+pub mod event {
+    /// Memory grows from epoch to epoch (or along the step trend).
+    pub const LEAK_SUSPECTED: &str = "gpu.memory.leak_suspected";
+    /// A span's peak went over the memory budget.
+    pub const BUDGET_EXCEEDED: &str = "gpu.memory.budget_exceeded";
+    /// A device crossed the near-OOM fraction of its memory.
+    pub const NEAR_OOM: &str = "gpu.memory.near_oom";
+    /// The program ran out of device memory.
+    pub const OOM: &str = "gpu.memory.oom";
+    /// Every finding, in the order the report lists them.
+    pub const FINDINGS: [&str; 4] = [LEAK_SUSPECTED, NEAR_OOM, OOM, BUDGET_EXCEEDED];
+}
+
+/// Metric instrument names.
+pub mod metric {
+    /// Device memory in use, per device.
+    pub const HW_GPU_MEMORY_USAGE: &str = "hw.gpu.memory.usage";
+    /// Device memory size, per device.
+    pub const HW_GPU_MEMORY_LIMIT: &str = "hw.gpu.memory.limit";
+    /// Usage over limit, per device.
+    pub const HW_GPU_MEMORY_UTILIZATION: &str = "hw.gpu.memory.utilization";
+    /// NVML's GPU utilization, per device.
+    pub const HW_GPU_UTILIZATION: &str = "hw.gpu.utilization";
+    /// The highest device memory since the previous collection, per device.
+    pub const GPU_MEMORY_PEAK: &str = "gpu.memory.peak";
+    /// Host resident memory of this process.
+    pub const PROCESS_MEMORY_USAGE: &str = "process.memory.usage";
+    /// Durations of step spans.
+    pub const ML_STEP_DURATION: &str = "ml.step.duration";
+    /// Durations of epoch spans.
+    pub const ML_EPOCH_DURATION: &str = "ml.epoch.duration";
+}
