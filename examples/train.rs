@@ -56,7 +56,12 @@ fn parse_args() -> Result<Args, String> {
                     .collect::<Result<_, _>>()
                     .map_err(|_| bad("whole numbers separated by commas"))?;
             }
-            "--budget" => args.budget = Some(value.parse().map_err(|e: String| bad(&e))?),
+            "--budget" => {
+                let budget = value
+                    .parse()
+                    .map_err(|e: gpuspan::InvalidValue| bad(e.expected()))?;
+                args.budget = Some(budget);
+            }
             "--hidden" => args.hidden = value.parse().map_err(|_| bad("a whole number"))?,
             "--lr" => args.lr = value.parse().map_err(|_| bad("a number"))?,
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),

@@ -70,7 +70,7 @@ enum Command {
     #[cfg(feature = "collect")]
     Run {
         /// What the command is told to send: grpc or http/protobuf (both are received).
-        #[arg(long, default_value = "grpc", value_parser = parse_protocol)]
+        #[arg(long, default_value = "grpc")]
         protocol: crate::Protocol,
         /// The command and its arguments, after `--`.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
@@ -93,21 +93,12 @@ fn parse_addr(text: &str) -> Result<Listen, String> {
         .map_err(|_| format!("'{text}' is not an address such as 127.0.0.1:4317, or off"))
 }
 
-#[cfg(feature = "collect")]
-fn parse_protocol(text: &str) -> Result<crate::Protocol, String> {
-    match text {
-        "grpc" => Ok(crate::Protocol::Grpc),
-        "http/protobuf" | "http" => Ok(crate::Protocol::HttpProtobuf),
-        _ => Err(format!("'{text}': use grpc or http/protobuf")),
-    }
-}
-
 /// `--every`: the settings' duration grammar (`5ms`, `500us`, `1s`; a bare number is
 /// milliseconds), at least 10 ms. clap names the flag and the value around the message.
 fn parse_interval(text: &str) -> Result<Duration, String> {
     const LEAST: Duration = Duration::from_millis(10);
-    let interval =
-        crate::config::parse::duration(text).map_err(|expected| format!("expected {expected}"))?;
+    let interval = crate::config::parse::duration(text)
+        .map_err(|error| format!("expected {}", error.expected()))?;
     if interval < LEAST {
         return Err("expected at least 10ms, such as 500ms or 2s".to_owned());
     }

@@ -85,7 +85,16 @@ mod util;
 #[doc(hidden)]
 pub use macros::__private;
 
-pub use config::{Compression, Exporter, Protocol, DEFAULT_SAMPLE_INTERVAL};
+pub use config::{Compression, Exporter, InvalidValue, Protocol, DEFAULT_SAMPLE_INTERVAL};
+
+/// The settings table and the grammars of its values, for the Python package and for the
+/// tests that keep the variables, the builder setters and the Python keywords in step.
+/// Not a stable API.
+#[doc(hidden)]
+pub mod settings {
+    pub use crate::config::parse::{boolean, duration, fraction};
+    pub use crate::config::{setting, settings, Setting, Vars};
+}
 pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
 pub use export::health::{ExportCounts, ExportTally};

@@ -54,10 +54,7 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
         .service_name("gpuspan-run")
         .start()?;
     let addr = collector.grpc_addr().unwrap_or(loopback);
-    let service = std::env::var("OTEL_SERVICE_NAME")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| service_from(command));
+    let service = crate::config::service_name_variable().unwrap_or_else(|| service_from(command));
     let ids = random_ids();
     let (trace_id, span_id) = (ids[..16].to_vec(), ids[16..24].to_vec());
 
@@ -69,13 +66,7 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     }
     child
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
-        .env(
-            "OTEL_EXPORTER_OTLP_PROTOCOL",
-            match protocol {
-                Protocol::Grpc => "grpc",
-                _ => "http/protobuf",
-            },
-        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.as_str())
         .env("OTEL_SERVICE_NAME", &service)
         .env(
             "TRACEPARENT",

@@ -1,62 +1,83 @@
-//! The one layered lookup every setting goes through: code, then each variable in order
-//! (a signal's own before the one for every signal), then the caller's default.
+//! The one resolver every setting goes through: the value set in code, then each of the
+//! row's variables in order (a signal's own before the one for every signal), then the
+//! caller's default. A value from anywhere meets the row's bounds, and an error names the
+//! variable or the builder setter it came from.
 
-use crate::error::InitError;
+use std::fmt::Debug;
 
-/// Where a resolved value came from, to name it in an error.
+use super::error::{InvalidValue, SettingError};
+use super::table::{Row, Signal};
+
+/// Where a resolved value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Origin {
     /// The builder setter of that name.
     Code(&'static str),
-    /// The environment variable of that name, with the text it held.
+    /// The environment variable of that name.
     Env(&'static str),
-    /// Nothing was set.
-    Default,
 }
 
-impl Origin {
-    /// The name to show: the variable or setter, else `fallback`.
-    pub(crate) fn name(&self, fallback: &'static str) -> &'static str {
-        match self {
-            Origin::Code(name) | Origin::Env(name) => name,
-            Origin::Default => fallback,
-        }
+/// Where variables are read: the process environment, or a fixed list in tests.
+#[derive(Clone, Copy)]
+pub(crate) struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+/// A variable of the process environment, as set (blank included).
+pub(crate) fn process_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+impl<'a> Env<'a> {
+    /// The process environment.
+    pub(crate) fn process() -> Env<'static> {
+        Env(&process_var)
     }
 
-    /// The value as given: the variable's text, else `shown`.
-    pub(crate) fn value(&self, shown: &str) -> String {
-        match self {
-            Origin::Env(var) => env(var).unwrap_or_else(|| shown.to_owned()),
-            _ => shown.to_owned(),
-        }
+    /// Variables read through `lookup`.
+    pub(crate) fn from_fn(lookup: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        Env(lookup)
+    }
+
+    /// A variable's value, or `None` when unset or blank.
+    pub(crate) fn get(&self, var: &str) -> Option<String> {
+        (self.0)(var).filter(|v| !v.trim().is_empty())
+    }
+
+    /// A variable's value even when blank (where blank means something).
+    pub(crate) fn raw(&self, var: &str) -> Option<String> {
+        (self.0)(var)
     }
 }
 
-/// A variable's value, or `None` when unset or blank.
-pub(crate) fn env(var: &str) -> Option<String> {
-    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
-}
-
-/// The value set in code, else the first variable set, parsed with `parse`; `None` when
-/// nothing is set. A variable that does not parse is an error naming it and its value.
-pub(crate) fn layered<T>(
+/// The value set in code, else the first of the row's variables that is set (for
+/// `signal` where the row has one per signal); `None` when nothing is set.
+pub(crate) fn layered<T: Debug>(
+    row: &Row<T>,
     code: Option<T>,
-    setter: &'static str,
-    vars: &[&'static str],
-    parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<Option<(T, Origin)>, InitError> {
+    signal: Option<Signal>,
+    env: Env<'_>,
+) -> Result<Option<(T, Origin)>, SettingError> {
+    let setter = row.setting.setter;
     if let Some(value) = code {
+        (row.check)(&value)
+            .map_err(|expected| SettingError::new(setter, &format!("{value:?}"), expected))?;
         return Ok(Some((value, Origin::Code(setter))));
     }
+    let vars = row.setting.vars.precedence(signal);
+    Ok(first_var(&vars, |text| row.read(text), env)?.map(|(v, var)| (v, Origin::Env(var))))
+}
+
+/// The first of `vars` that is set, read with `read`; an error names the variable and
+/// its text.
+pub(crate) fn first_var<T>(
+    vars: &[&'static str],
+    read: impl Fn(&str) -> Result<T, InvalidValue>,
+    env: Env<'_>,
+) -> Result<Option<(T, &'static str)>, SettingError> {
     for var in vars {
-        if let Some(text) = env(var) {
-            return match parse(&text) {
-                Ok(value) => Ok(Some((value, Origin::Env(var)))),
-                Err(expected) => Err(InitError::InvalidSetting {
-                    name: (*var).to_owned(),
-                    value: text,
-                    expected,
-                }),
+        if let Some(text) = env.get(var) {
+            return match read(&text) {
+                Ok(value) => Ok(Some((value, var))),
+                Err(error) => Err(error.named(*var, &text)),
             };
         }
     }

@@ -1,13 +1,18 @@
 //! Settings, resolved once: code, then the signal's own variable, then the variable for
 //! every signal, then the default.
 //!
-//! Every environment variable is read here and nowhere else (names in [`vars`]), and a
-//! value that does not parse is an error that names the variable, the value and what would
-//! be accepted. What is resolved here is final: exporters are built so that nothing reads
-//! the environment again.
+//! Every environment variable is read here and nowhere else (names in [`vars`], each
+//! setting's in the table of [`table`]), and a value that does not parse is an error that
+//! names the variable, the value and what would be accepted. What is resolved here is
+//! final: exporters are built so that nothing reads the environment again.
 
-mod layered;
+mod destination;
+pub(crate) mod error;
+mod kinds;
+pub(crate) mod layered;
 pub(crate) mod parse;
+mod sampling;
+pub(crate) mod table;
 pub(crate) mod vars;
 
 use std::ffi::OsString;
@@ -17,169 +22,18 @@ use std::time::Duration;
 
 use crate::error::InitError;
 use crate::source::DeviceScope;
-use layered::{env, layered, Origin};
+pub(crate) use destination::{Destination, OtlpTarget};
+pub use error::InvalidValue;
+pub use kinds::{Compression, Exporter, Protocol};
+use layered::{first_var, layered, Env};
+pub(crate) use sampling::Sampling;
+pub(crate) use table::Signal;
+pub use table::{setting, settings, Setting, Vars};
 
 /// Default sampling interval: 5 ms. A spike of 10 ms (two intervals) is always seen, a
 /// 200 ms step gets about 40 readings, and the sampler stays under 1% of a core (0.6% with 8
 /// devices in BENCHMARKS.md, on the fake NVML; a real driver's read costs more).
 pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
-
-/// Shortest sampling interval accepted.
-const MIN_SAMPLE_INTERVAL: Duration = Duration::from_micros(100);
-
-/// Where a signal goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Exporter {
-    /// OTLP to a collector (`otlp`).
-    Otlp,
-    /// OTLP/JSON lines on standard output (`console`).
-    Console,
-    /// Nowhere (`none`).
-    None,
-    /// The run directory (`gpuspan-runs/<run-id>/`): the default when no endpoint is set.
-    RunDir,
-}
-
-/// OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Protocol {
-    /// OTLP over gRPC (`grpc`), port 4317 by convention.
-    Grpc,
-    /// OTLP over HTTP with protobuf bodies (`http/protobuf`), port 4318 by convention.
-    HttpProtobuf,
-}
-
-/// OTLP request compression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Compression {
-    /// gzip (`gzip`).
-    Gzip,
-    /// None (`none`): the default.
-    None,
-}
-
-/// How gpuspan's spans are sampled: always. The per-epoch summary, the leak rules, the
-/// batch-size fit and the peaks are computed from the spans that end, so a span sampled out
-/// would silently drop a step from all of them. Of `OTEL_TRACES_SAMPLER`, `always_on` and
-/// `parentbased_always_on` (the default) are taken; anything else is ignored, with one
-/// warning at start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Sampling {
-    /// Every span, whatever its parent decided (`always_on`).
-    AlwaysOn,
-    /// A root span is always sampled, a child follows its parent (`parentbased_always_on`).
-    ParentBasedAlwaysOn {
-        /// A sampler named in the environment and ignored (`name` or `name (arg)`).
-        ignored: Option<String>,
-    },
-}
-
-impl Sampling {
-    /// The SDK sampler, always given so that the SDK does not read the variable itself.
-    pub(crate) fn sampler(&self) -> opentelemetry_sdk::trace::Sampler {
-        use opentelemetry_sdk::trace::Sampler;
-        match self {
-            Sampling::AlwaysOn => Sampler::AlwaysOn,
-            Sampling::ParentBasedAlwaysOn { .. } => {
-                Sampler::ParentBased(Box::new(Sampler::AlwaysOn))
-            }
-        }
-    }
-
-    /// The one warning line for an ignored sampler.
-    pub(crate) fn warning(&self) -> Option<String> {
-        let Sampling::ParentBasedAlwaysOn {
-            ignored: Some(sampler),
-        } = self
-        else {
-            return None;
-        };
-        Some(format!(
-            "gpuspan: warning: {var}={sampler} is ignored: gpuspan keeps every span, because \
-             the peaks, the per-epoch summary, the leak rules and the batch-size fit need every \
-             step; sample in the collector instead, or unset {var}",
-            var = vars::OTEL_TRACES_SAMPLER
-        ))
-    }
-}
-
-/// Which signal a setting is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Signal {
-    Traces,
-    Metrics,
-}
-
-/// The variables of one signal: its own first, then the one for every signal.
-struct SignalVars {
-    endpoint: [&'static str; 2],
-    protocol: [&'static str; 2],
-    headers: [&'static str; 2],
-    timeout: [&'static str; 2],
-    compression: [&'static str; 2],
-    exporter: &'static str,
-    /// The path OTLP/HTTP appends to a base endpoint.
-    http_path: &'static str,
-}
-
-impl Signal {
-    fn vars(self) -> SignalVars {
-        use vars::*;
-        match self {
-            Signal::Traces => SignalVars {
-                endpoint: [
-                    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
-                    OTEL_EXPORTER_OTLP_ENDPOINT,
-                ],
-                protocol: [
-                    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
-                    OTEL_EXPORTER_OTLP_PROTOCOL,
-                ],
-                headers: [
-                    OTEL_EXPORTER_OTLP_TRACES_HEADERS,
-                    OTEL_EXPORTER_OTLP_HEADERS,
-                ],
-                timeout: [
-                    OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
-                    OTEL_EXPORTER_OTLP_TIMEOUT,
-                ],
-                compression: [
-                    OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
-                    OTEL_EXPORTER_OTLP_COMPRESSION,
-                ],
-                exporter: OTEL_TRACES_EXPORTER,
-                http_path: "/v1/traces",
-            },
-            Signal::Metrics => SignalVars {
-                endpoint: [
-                    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
-                    OTEL_EXPORTER_OTLP_ENDPOINT,
-                ],
-                protocol: [
-                    OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
-                    OTEL_EXPORTER_OTLP_PROTOCOL,
-                ],
-                headers: [
-                    OTEL_EXPORTER_OTLP_METRICS_HEADERS,
-                    OTEL_EXPORTER_OTLP_HEADERS,
-                ],
-                timeout: [
-                    OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
-                    OTEL_EXPORTER_OTLP_TIMEOUT,
-                ],
-                compression: [
-                    OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
-                    OTEL_EXPORTER_OTLP_COMPRESSION,
-                ],
-                exporter: OTEL_METRICS_EXPORTER,
-                http_path: "/v1/metrics",
-            },
-        }
-    }
-}
 
 /// Values set in code through the builder; `None` falls back to the environment.
 #[derive(Debug, Clone, Default)]
@@ -204,36 +58,6 @@ pub(crate) struct CodeSettings {
     pub(crate) export_queue: Option<usize>,
     pub(crate) summary: Option<bool>,
     pub(crate) flush_on_signal: Option<bool>,
-}
-
-/// Where one signal goes, fully resolved.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Destination {
-    Otlp(OtlpTarget),
-    Console,
-    None,
-    RunDir,
-}
-
-impl Destination {
-    /// How long one export may take: the OTLP timeout, or a few seconds for local files.
-    pub(crate) fn timeout(&self) -> Duration {
-        match self {
-            Destination::Otlp(target) => target.timeout,
-            _ => Duration::from_secs(5),
-        }
-    }
-}
-
-/// An OTLP endpoint for one signal, with everything the exporter sends.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct OtlpTarget {
-    /// Full URL: for HTTP it includes `/v1/traces` or `/v1/metrics`.
-    pub(crate) endpoint: String,
-    pub(crate) protocol: Protocol,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) timeout: Duration,
-    pub(crate) compression: Compression,
 }
 
 /// Launcher-provided position of this process in a distributed run.
@@ -290,31 +114,35 @@ impl Settings {
 
 /// Where `gpuspan report` looks for runs: `GPUSPAN_RUN_DIR`, else `gpuspan-runs`.
 pub fn default_run_root() -> PathBuf {
-    env(vars::GPUSPAN_RUN_DIR).map_or_else(|| PathBuf::from("gpuspan-runs"), PathBuf::from)
+    run_root(None, Env::process()).unwrap_or_else(|_| PathBuf::from("gpuspan-runs"))
 }
 
-fn invalid(name: &str, value: &str, expected: impl Into<String>) -> InitError {
-    InitError::InvalidSetting {
-        name: name.to_owned(),
-        value: value.to_owned(),
-        expected: expected.into(),
-    }
+fn run_root(code: Option<PathBuf>, env: Env<'_>) -> Result<PathBuf, InitError> {
+    Ok(layered(&table::RUN_DIR, code, None, env)?
+        .map_or_else(|| PathBuf::from("gpuspan-runs"), |(dir, _)| dir))
+}
+
+/// `OTEL_SERVICE_NAME`, for a command `gpuspan run` starts: the name it gets unless set.
+#[cfg_attr(not(feature = "collect"), allow(dead_code))]
+pub(crate) fn service_name_variable() -> Option<String> {
+    layered(&table::SERVICE_NAME, None, None, Env::process())
+        .ok()
+        .flatten()
+        .map(|(name, _)| name)
 }
 
 /// Resolves every setting from code, then environment, then defaults.
 pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
+    resolve_in(code, Env::process())
+}
+
+/// As [`resolve`], with the variables read from `env`.
+fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> {
     use vars::*;
-    let disabled = layered(
-        code.disabled,
-        "disabled",
-        &[OTEL_SDK_DISABLED],
-        parse::boolean,
-    )?;
-    let resource = resource_attributes(code)?;
-    let service_name = code
-        .service_name
-        .clone()
-        .or_else(|| env(OTEL_SERVICE_NAME))
+    let disabled = layered(&table::DISABLED, code.disabled, None, env)?;
+    let resource = resource_attributes(code, env)?;
+    let service_name = layered(&table::SERVICE_NAME, code.service_name.clone(), None, env)?
+        .map(|(name, _)| name)
         .or_else(|| {
             resource
                 .iter()
@@ -322,123 +150,57 @@ pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
                 .map(|(_, v)| v.clone())
         })
         .unwrap_or_else(default_service_name);
-    let sample_interval = layered(
-        code.sample_interval,
-        "sample_interval",
-        &[GPUSPAN_SAMPLE_INTERVAL],
-        parse::duration,
-    )?
-    .map(|(interval, origin)| check_interval(interval, &origin))
-    .transpose()?
-    .unwrap_or(DEFAULT_SAMPLE_INTERVAL);
-    let devices = device_scope(code)?;
-    let rank = rank()?;
-    let run_id = code
-        .run_id
-        .clone()
-        .or_else(|| env(GPUSPAN_RUN_ID))
-        .or_else(|| env(TORCHELASTIC_RUN_ID))
-        .or_else(|| env(SLURM_JOB_ID).map(|job| format!("slurm-{job}")))
-        .unwrap_or_else(generated_run_id);
-    if run_id.contains(['/', '\\']) || run_id == "." || run_id == ".." || run_id.is_empty() {
-        return Err(invalid(
-            GPUSPAN_RUN_ID,
-            &run_id,
-            "a name without path separators, such as resnet-lr0.1",
-        ));
-    }
-    let (metric_interval, origin) = layered(
+    let sample_interval = layered(&table::SAMPLE_INTERVAL, code.sample_interval, None, env)?
+        .map_or(DEFAULT_SAMPLE_INTERVAL, |(interval, _)| interval);
+    let devices = device_scope(code, env)?;
+    let rank = rank(env)?;
+    let run_id = run_id(code, env)?;
+    let metric_interval = layered(
+        &table::METRIC_EXPORT_INTERVAL,
         code.metric_interval,
-        "metric_export_interval",
-        &[OTEL_METRIC_EXPORT_INTERVAL],
-        parse::millis,
+        None,
+        env,
     )?
-    .unwrap_or((Duration::from_secs(60), Origin::Default));
-    if metric_interval.is_zero() {
-        return Err(invalid(
-            origin.name(OTEL_METRIC_EXPORT_INTERVAL),
-            "0",
-            "a positive number of milliseconds",
-        ));
-    }
-    let prometheus_addr = layered(
-        code.prometheus_addr,
-        "prometheus_addr",
-        &[GPUSPAN_PROMETHEUS_ADDR],
-        parse::listen_addr,
-    )?
-    .map(|(addr, _)| addr);
-    let export_queue = layered(
-        code.export_queue,
-        "export_queue",
-        &[GPUSPAN_EXPORT_QUEUE],
-        parse::count,
-    )?
-    .map_or(DEFAULT_EXPORT_QUEUE, |(n, _)| n.max(1));
-    let log_filter = match env(RUST_LOG) {
-        Some(filter) => match tracing_subscriber::EnvFilter::try_new(&filter) {
-            Ok(_) => Some(filter),
-            Err(e) => {
-                return Err(invalid(
-                    RUST_LOG,
-                    &filter,
-                    format!("a tracing filter such as info or mycrate=debug ({e})"),
-                ))
-            }
-        },
-        None => None,
+    .map_or(Duration::from_secs(60), |(interval, _)| interval);
+    let prometheus_addr =
+        layered(&table::PROMETHEUS_ADDR, code.prometheus_addr, None, env)?.map(|(addr, _)| addr);
+    let export_queue = layered(&table::EXPORT_QUEUE, code.export_queue, None, env)?
+        .map_or(DEFAULT_EXPORT_QUEUE, |(n, _)| n.max(1));
+    let log_filter = first_var(&[RUST_LOG], log_filter, env)?.map(|(filter, _)| filter);
+    let flag = |row: &table::Row<bool>, code: Option<bool>| -> Result<bool, InitError> {
+        Ok(layered(row, code, None, env)?.is_none_or(|(value, _)| value))
     };
     Ok(Settings {
         disabled: disabled.is_some_and(|(d, _)| d),
         service_name,
         resource,
         sample_interval,
-        nvml_lib: code
-            .nvml_lib
-            .clone()
-            .or_else(|| env(GPUSPAN_NVML_LIB).map(PathBuf::from)),
+        nvml_lib: layered(&table::NVML_LIB, code.nvml_lib.clone(), None, env)?.map(|(p, _)| p),
         devices,
         search_path: std::env::var_os(PATH),
-        run_root: code.run_dir.clone().unwrap_or_else(default_run_root),
+        run_root: run_root(code.run_dir.clone(), env)?,
         run_id,
         rank,
-        traces: destination(code, Signal::Traces)?,
-        metrics: destination(code, Signal::Metrics)?,
+        traces: destination::destination(code, Signal::Traces, env)?,
+        metrics: destination::destination(code, Signal::Metrics, env)?,
         metric_interval,
         prometheus_addr,
         export_queue,
         log_filter,
-        summary: code.summary.unwrap_or(true),
-        flush_on_signal: code.flush_on_signal.unwrap_or(true),
-        sampling: sampling(),
+        summary: flag(&table::SUMMARY, code.summary)?,
+        flush_on_signal: flag(&table::FLUSH_ON_SIGNAL, code.flush_on_signal)?,
+        sampling: sampling::sampling(env),
     })
 }
 
-/// `OTEL_TRACES_SAMPLER`, see [`Sampling`]. Never an error: whatever it says, gpuspan
-/// samples every span.
-fn sampling() -> Sampling {
-    let Some(sampler) = env(vars::OTEL_TRACES_SAMPLER) else {
-        return Sampling::ParentBasedAlwaysOn { ignored: None };
-    };
-    let sampler = sampler.trim();
-    match sampler {
-        "always_on" => Sampling::AlwaysOn,
-        "parentbased_always_on" => Sampling::ParentBasedAlwaysOn { ignored: None },
-        _ => {
-            let shown = match env(vars::OTEL_TRACES_SAMPLER_ARG) {
-                Some(arg) if sampler.ends_with("traceidratio") => {
-                    format!(
-                        "{sampler} ({}={})",
-                        vars::OTEL_TRACES_SAMPLER_ARG,
-                        arg.trim()
-                    )
-                }
-                _ => sampler.to_owned(),
-            };
-            Sampling::ParentBasedAlwaysOn {
-                ignored: Some(shown),
-            }
-        }
+/// `RUST_LOG`, checked as the event layer will read it.
+fn log_filter(filter: &str) -> Result<String, InvalidValue> {
+    match tracing_subscriber::EnvFilter::try_new(filter) {
+        Ok(_) => Ok(filter.to_owned()),
+        Err(e) => Err(InvalidValue::new(
+            filter,
+            format!("a tracing filter such as info or mycrate=debug ({e})"),
+        )),
     }
 }
 
@@ -450,6 +212,24 @@ fn default_service_name() -> String {
         .unwrap_or_else(|| "unknown_service".to_owned())
 }
 
+/// Code, `GPUSPAN_RUN_ID`, then the launcher's (`TORCHELASTIC_RUN_ID`, `slurm-<SLURM_JOB_ID>`),
+/// else date, time and pid.
+fn run_id(code: &CodeSettings, env: Env<'_>) -> Result<String, InitError> {
+    use vars::*;
+    if let Some((id, _)) = layered(&table::RUN_ID, code.run_id.clone(), None, env)? {
+        return Ok(id);
+    }
+    let launcher = |text: &str| table::RUN_ID.read(text);
+    if let Some((id, _)) = first_var(&[TORCHELASTIC_RUN_ID], launcher, env)? {
+        return Ok(id);
+    }
+    let slurm = |job: &str| table::RUN_ID.read(&format!("slurm-{job}"));
+    if let Some((id, _)) = first_var(&[SLURM_JOB_ID], slurm, env)? {
+        return Ok(id);
+    }
+    Ok(generated_run_id())
+}
+
 fn generated_run_id() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -458,21 +238,10 @@ fn generated_run_id() -> String {
     format!("{date}-{time}-{}", std::process::id())
 }
 
-fn check_interval(interval: Duration, origin: &Origin) -> Result<Duration, InitError> {
-    if interval < MIN_SAMPLE_INTERVAL {
-        return Err(invalid(
-            origin.name(vars::GPUSPAN_SAMPLE_INTERVAL),
-            &origin.value(&format!("{interval:?}")),
-            "an interval of at least 100us (the default is 5ms)",
-        ));
-    }
-    Ok(interval)
-}
-
-fn rank() -> Result<Rank, InitError> {
+fn rank(env: Env<'_>) -> Result<Rank, InitError> {
     use vars::*;
     let first = |vars: [&'static str; 2]| -> Result<Option<i64>, InitError> {
-        Ok(layered(None, "", &vars, parse::integer)?.map(|(v, _)| v))
+        Ok(first_var(&vars, parse::integer, env)?.map(|(v, _)| v))
     };
     Ok(Rank {
         rank: first([RANK, SLURM_PROCID])?,
@@ -481,111 +250,37 @@ fn rank() -> Result<Rank, InitError> {
     })
 }
 
-fn device_scope(code: &CodeSettings) -> Result<DeviceScope, InitError> {
-    if let Some(list) = &code.devices {
-        return DeviceScope::parse(list).map_err(|why| invalid("devices", list, why));
-    }
-    if let Some(list) = env(vars::GPUSPAN_DEVICES) {
-        return DeviceScope::parse(&list).map_err(|why| invalid(vars::GPUSPAN_DEVICES, &list, why));
+/// Code, `GPUSPAN_DEVICES`, then `CUDA_VISIBLE_DEVICES`, else every device.
+fn device_scope(code: &CodeSettings, env: Env<'_>) -> Result<DeviceScope, InitError> {
+    let code = match &code.devices {
+        Some(list) => Some(table::DEVICES.read_code(list)?),
+        None => None,
+    };
+    if let Some((scope, _)) = layered(&table::DEVICES, code, None, env)? {
+        return Ok(scope);
     }
     // Unlike the others, an empty CUDA_VISIBLE_DEVICES means "no device".
-    match std::env::var(vars::CUDA_VISIBLE_DEVICES) {
-        Ok(list) => {
-            DeviceScope::parse(&list).map_err(|why| invalid(vars::CUDA_VISIBLE_DEVICES, &list, why))
-        }
-        Err(_) => Ok(DeviceScope::all()),
+    match env.raw(vars::CUDA_VISIBLE_DEVICES) {
+        Some(list) => table::DEVICES
+            .read(&list)
+            .map_err(|error| error.named(vars::CUDA_VISIBLE_DEVICES, &list).into()),
+        None => Ok(DeviceScope::all()),
     }
 }
 
 /// `OTEL_RESOURCE_ATTRIBUTES` (`key=value,key=value`, values percent-encoded), then code.
-fn resource_attributes(code: &CodeSettings) -> Result<Vec<(String, String)>, InitError> {
-    let mut attributes = layered(
-        None,
-        "",
-        &[vars::OTEL_RESOURCE_ATTRIBUTES],
-        parse::key_values,
-    )?
-    .map(|(v, _)| v)
-    .unwrap_or_default();
+fn resource_attributes(
+    code: &CodeSettings,
+    env: Env<'_>,
+) -> Result<Vec<(String, String)>, InitError> {
+    let mut attributes = layered(&table::RESOURCE_ATTRIBUTES, None, None, env)?
+        .map(|(v, _)| v)
+        .unwrap_or_default();
     for (key, value) in &code.resource {
         attributes.retain(|(k, _)| k != key);
         attributes.push((key.clone(), value.clone()));
     }
     Ok(attributes)
-}
-
-fn destination(code: &CodeSettings, signal: Signal) -> Result<Destination, InitError> {
-    let vars = signal.vars();
-    let code_exporter = match signal {
-        Signal::Traces => code.traces_exporter,
-        Signal::Metrics => code.metrics_exporter,
-    };
-    let choice = layered(code_exporter, "exporter", &[vars.exporter], parse::exporter)?;
-    let endpoint = layered(
-        code.endpoint.clone(),
-        "endpoint",
-        &vars.endpoint,
-        parse::url,
-    )?;
-    let exporter = match (choice, &endpoint) {
-        (Some((exporter, _)), _) => exporter,
-        (None, Some(_)) => Exporter::Otlp,
-        (None, None) => Exporter::RunDir,
-    };
-    match exporter {
-        Exporter::Console => return Ok(Destination::Console),
-        Exporter::None => return Ok(Destination::None),
-        Exporter::RunDir => return Ok(Destination::RunDir),
-        Exporter::Otlp => {}
-    }
-    let protocol = layered(code.protocol, "protocol", &vars.protocol, parse::protocol)?
-        .map_or(Protocol::HttpProtobuf, |(p, _)| p);
-    let endpoint = match endpoint {
-        // A signal's own variable is the full URL, used as is.
-        Some((url, Origin::Env(var))) if var == vars.endpoint[0] => url,
-        Some((base, _)) => with_signal_path(base, protocol, vars.http_path),
-        None => {
-            let base = match protocol {
-                Protocol::Grpc => "http://localhost:4317",
-                Protocol::HttpProtobuf => "http://localhost:4318",
-            };
-            with_signal_path(base.to_owned(), protocol, vars.http_path)
-        }
-    };
-    // Headers merge by name: the environment's first, then code's over them.
-    let mut headers = layered(None, "", &vars.headers, parse::headers)?
-        .map(|(h, _)| h)
-        .unwrap_or_default();
-    for (key, value) in &code.headers {
-        parse::check_header(key, value)
-            .map_err(|why| invalid(&format!("header({key:?})"), value, why))?;
-        headers.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
-        headers.push((key.clone(), value.clone()));
-    }
-    let timeout = layered(code.timeout, "timeout", &vars.timeout, parse::millis)?
-        .map_or(Duration::from_secs(10), |(t, _)| t);
-    let compression = layered(
-        code.compression,
-        "compression",
-        &vars.compression,
-        parse::compression,
-    )?
-    .map_or(Compression::None, |(c, _)| c);
-    Ok(Destination::Otlp(OtlpTarget {
-        endpoint,
-        protocol,
-        headers,
-        timeout,
-        compression,
-    }))
-}
-
-/// OTLP/HTTP appends the signal's path to a base endpoint; gRPC takes it as is.
-fn with_signal_path(base: String, protocol: Protocol, path: &str) -> String {
-    match protocol {
-        Protocol::Grpc => base,
-        Protocol::HttpProtobuf => format!("{}{path}", base.trim_end_matches('/')),
-    }
 }
 
 #[cfg(test)]

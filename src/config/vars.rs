@@ -30,7 +30,7 @@ pub(crate) const OTEL_EXPORTER_OTLP_METRICS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_
 pub(crate) const OTEL_EXPORTER_OTLP_METRICS_COMPRESSION: &str =
     "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION";
 
-/// `otlp`, `console` or `none`, per signal.
+/// `otlp`, `console`, `none` or `run_dir`, per signal.
 pub(crate) const OTEL_TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
 pub(crate) const OTEL_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
 /// The OpenTelemetry SDK's sampler and its argument: read only to say that gpuspan keeps
@@ -60,6 +60,24 @@ pub(crate) const GPUSPAN_PROMETHEUS_ADDR: &str = "GPUSPAN_PROMETHEUS_ADDR";
 /// How many completed spans may wait for the destination (an outage's buffer).
 pub(crate) const GPUSPAN_EXPORT_QUEUE: &str = "GPUSPAN_EXPORT_QUEUE";
 
+/// Whether the run directory gets `timeline.bin`.
+pub(crate) const GPUSPAN_TIMELINE: &str = "GPUSPAN_TIMELINE";
+/// Whether the run directory gets TensorBoard event files.
+pub(crate) const GPUSPAN_TENSORBOARD: &str = "GPUSPAN_TENSORBOARD";
+
+/// Highest memory a span may reach: `20GiB`, `512MB`, or `80%` of each device.
+pub(crate) const GPUSPAN_MEMORY_BUDGET: &str = "GPUSPAN_MEMORY_BUDGET";
+/// `true`: a span over the budget also gets an error status.
+pub(crate) const GPUSPAN_MEMORY_BUDGET_ERROR: &str = "GPUSPAN_MEMORY_BUDGET_ERROR";
+/// The ratio rule's factor: end memory against the first epoch's (default 1.5).
+pub(crate) const GPUSPAN_LEAK_RATIO: &str = "GPUSPAN_LEAK_RATIO";
+/// Epochs (and steps of each epoch) left out of leak detection at the start (default 1).
+pub(crate) const GPUSPAN_LEAK_WARMUP: &str = "GPUSPAN_LEAK_WARMUP";
+/// Fraction of a device's total that counts as near out of memory (default 95%).
+pub(crate) const GPUSPAN_NEAR_OOM_THRESHOLD: &str = "GPUSPAN_NEAR_OOM_THRESHOLD";
+/// How much of the timeline the near-OOM recorder keeps (default 30s).
+pub(crate) const GPUSPAN_NEAR_OOM_WINDOW: &str = "GPUSPAN_NEAR_OOM_WINDOW";
+
 /// Position in a distributed run, as torchrun and SLURM set it.
 pub(crate) const RANK: &str = "RANK";
 pub(crate) const LOCAL_RANK: &str = "LOCAL_RANK";
@@ -73,7 +91,8 @@ pub(crate) const RUST_LOG: &str = "RUST_LOG";
 /// Where `nvidia-smi` is looked for.
 pub(crate) const PATH: &str = "PATH";
 
-/// Every variable above, for tests that clear the environment.
+/// Every variable above, for tests that clear the environment and for the check that
+/// each one is in the settings table or read for another reason.
 #[cfg(test)]
 pub(crate) const ALL: &[&str] = &[
     OTEL_SDK_DISABLED,
@@ -109,6 +128,14 @@ pub(crate) const ALL: &[&str] = &[
     SLURM_JOB_ID,
     GPUSPAN_PROMETHEUS_ADDR,
     GPUSPAN_EXPORT_QUEUE,
+    GPUSPAN_TIMELINE,
+    GPUSPAN_TENSORBOARD,
+    GPUSPAN_MEMORY_BUDGET,
+    GPUSPAN_MEMORY_BUDGET_ERROR,
+    GPUSPAN_LEAK_RATIO,
+    GPUSPAN_LEAK_WARMUP,
+    GPUSPAN_NEAR_OOM_THRESHOLD,
+    GPUSPAN_NEAR_OOM_WINDOW,
     RANK,
     LOCAL_RANK,
     WORLD_SIZE,

@@ -56,5 +56,5 @@ impl Builder {
 pub(crate) fn resolve(
     code: &settings::DiagnoseCode,
 ) -> Result<settings::DiagnoseSettings, crate::InitError> {
-    settings::resolve(code, |name| std::env::var(name).ok())
+    settings::resolve(code, crate::config::layered::process_var)
 }

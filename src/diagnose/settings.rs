@@ -1,22 +1,19 @@
-//! Diagnosis settings: the variable names, pure parsers for their values, and the resolver
-//! (code beats environment beats default). Every error names the variable and the fix.
+//! Diagnosis settings: their rows in the settings table (variable names, parsers,
+//! bounds, defaults) and their resolution through the config's one resolver (code beats
+//! environment beats default). Every error names the variable or setter and the fix.
 
 use std::time::Duration;
 
+use crate::config::error::{InvalidValue, SettingError};
+use crate::config::layered::{layered, Env};
+use crate::config::parse::{self, check_fraction};
+use crate::config::table::{Row, Setting, Vars};
+pub(crate) use crate::config::vars::{
+    GPUSPAN_LEAK_RATIO as LEAK_RATIO, GPUSPAN_LEAK_WARMUP as LEAK_WARMUP,
+    GPUSPAN_MEMORY_BUDGET as MEMORY_BUDGET, GPUSPAN_MEMORY_BUDGET_ERROR as BUDGET_ERROR,
+    GPUSPAN_NEAR_OOM_THRESHOLD as NEAR_OOM_THRESHOLD, GPUSPAN_NEAR_OOM_WINDOW as NEAR_OOM_WINDOW,
+};
 use crate::error::InitError;
-
-/// Highest memory a span may reach: `20GiB`, `512MB`, or `80%` of each device.
-pub(crate) const MEMORY_BUDGET: &str = "GPUSPAN_MEMORY_BUDGET";
-/// `true`: a span over the budget also gets an error status.
-pub(crate) const BUDGET_ERROR: &str = "GPUSPAN_MEMORY_BUDGET_ERROR";
-/// The ratio rule's factor: end memory against the first epoch's (default 1.5).
-pub(crate) const LEAK_RATIO: &str = "GPUSPAN_LEAK_RATIO";
-/// Epochs (and steps of each epoch) left out of leak detection at the start (default 1).
-pub(crate) const LEAK_WARMUP: &str = "GPUSPAN_LEAK_WARMUP";
-/// Fraction of a device's total that counts as near out of memory (default 95%).
-pub(crate) const NEAR_OOM_THRESHOLD: &str = "GPUSPAN_NEAR_OOM_THRESHOLD";
-/// How much of the timeline the near-OOM recorder keeps (default 30s).
-pub(crate) const NEAR_OOM_WINDOW: &str = "GPUSPAN_NEAR_OOM_WINDOW";
 
 /// Default of [`LEAK_RATIO`].
 pub(crate) const DEFAULT_LEAK_RATIO: f64 = 1.5;
@@ -38,11 +35,11 @@ pub enum MemoryBudget {
 }
 
 impl std::str::FromStr for MemoryBudget {
-    type Err = String;
+    type Err = InvalidValue;
 
     /// `20GiB`, `512MB`, `1024B` (a unit is required) or `80%`, as `GPUSPAN_MEMORY_BUDGET`.
-    fn from_str(text: &str) -> Result<Self, String> {
-        parse_budget(text).map_err(str::to_owned)
+    fn from_str(text: &str) -> Result<Self, InvalidValue> {
+        parse_budget(text)
     }
 }
 
@@ -92,13 +89,77 @@ impl Default for DiagnoseSettings {
     }
 }
 
-fn invalid(name: &str, value: &str, expected: &str) -> InitError {
-    InitError::InvalidSetting {
-        name: name.to_owned(),
-        value: value.to_owned(),
-        expected: expected.to_owned(),
-    }
-}
+/// What a budget may be.
+const BUDGETS: &str = "bytes with a unit, such as 20GiB or 512MB, or a fraction of the \
+                       device, such as 80%";
+/// What the leak ratio may be.
+const RATIOS: &str = "a number above 1, such as 1.5 (end memory 1.5 times the first epoch's)";
+/// What the near-OOM window may be.
+const WINDOWS: &str = "a duration from 100ms to 1h, such as 30s";
+
+const BUDGET: Row<MemoryBudget> = Row::new(
+    "memory_budget",
+    Vars::Ordered(&[MEMORY_BUDGET]),
+    BUDGETS,
+    "none",
+    parse_budget,
+)
+.checked(check_budget);
+const BUDGET_ERROR_ROW: Row<bool> = Row::new(
+    "memory_budget_error",
+    Vars::Ordered(&[BUDGET_ERROR]),
+    parse::BOOLEAN,
+    "false",
+    parse::boolean,
+);
+const LEAK_RATIO_ROW: Row<f64> = Row::new(
+    "leak_ratio",
+    Vars::Ordered(&[LEAK_RATIO]),
+    RATIOS,
+    "1.5",
+    |text| {
+        text.trim()
+            .parse()
+            .map_err(|_| InvalidValue::new(text, "a number above 1, such as 1.5"))
+    },
+)
+.checked(|ratio| check_ratio(*ratio).map(drop));
+const LEAK_WARMUP_ROW: Row<usize> = Row::new(
+    "leak_warmup",
+    Vars::Ordered(&[LEAK_WARMUP]),
+    "a whole number of epochs, such as 1",
+    "1",
+    |text| {
+        parse::whole(text)
+            .map_err(|_| InvalidValue::new(text, "a whole number of epochs, such as 1"))
+    },
+);
+const NEAR_OOM_THRESHOLD_ROW: Row<f64> = Row::new(
+    "near_oom_threshold",
+    Vars::Ordered(&[NEAR_OOM_THRESHOLD]),
+    "a fraction of the device, such as 95% or 0.95",
+    "95%",
+    parse::fraction,
+)
+.checked(|fraction| check_fraction(*fraction).map(drop));
+const NEAR_OOM_WINDOW_ROW: Row<Duration> = Row::new(
+    "near_oom_window",
+    Vars::Ordered(&[NEAR_OOM_WINDOW]),
+    WINDOWS,
+    "30s",
+    parse::duration,
+)
+.checked(|window| check_window(*window).map(drop));
+
+/// The diagnosis rows of the settings table.
+pub(crate) const ROWS: &[Setting] = &[
+    BUDGET.setting,
+    BUDGET_ERROR_ROW.setting,
+    LEAK_RATIO_ROW.setting,
+    LEAK_WARMUP_ROW.setting,
+    NEAR_OOM_THRESHOLD_ROW.setting,
+    NEAR_OOM_WINDOW_ROW.setting,
+];
 
 /// Resolves from code, then `env` (a variable lookup), then defaults. Builder values are
 /// checked by the same rules as the variables and named after the builder method.
@@ -106,162 +167,80 @@ pub(crate) fn resolve(
     code: &DiagnoseCode,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<DiagnoseSettings, InitError> {
-    let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-    let budget = match code.budget {
-        Some(budget) => Some(check_budget(budget, "memory_budget")?),
-        None => env(MEMORY_BUDGET)
-            .map(|v| parse_budget(&v).map_err(|e| invalid(MEMORY_BUDGET, &v, e)))
-            .transpose()?,
+    let env = Env::from_fn(&env);
+    let get = |defaults: f64, row: &Row<f64>, code: Option<f64>| -> Result<f64, SettingError> {
+        Ok(layered(row, code, None, env)?.map_or(defaults, |(v, _)| v))
     };
-    let mut settings = DiagnoseSettings {
-        budget,
-        ..DiagnoseSettings::default()
-    };
-    if let Some(flag) = code.budget_error {
-        settings.budget_error = flag;
-    } else if let Some(v) = env(BUDGET_ERROR) {
-        settings.budget_error = parse_bool(&v).map_err(|e| invalid(BUDGET_ERROR, &v, e))?;
-    }
-    match code.leak_ratio {
-        Some(ratio) => {
-            settings.leak_ratio =
-                check_ratio(ratio).map_err(|e| invalid("leak_ratio", &ratio.to_string(), e))?
-        }
-        None => {
-            if let Some(v) = env(LEAK_RATIO) {
-                settings.leak_ratio = parse_ratio(&v).map_err(|e| invalid(LEAK_RATIO, &v, e))?;
-            }
-        }
-    }
-    if let Some(warmup) = code.leak_warmup {
-        settings.leak_warmup = warmup;
-    } else if let Some(v) = env(LEAK_WARMUP) {
-        settings.leak_warmup = v
-            .trim()
-            .parse()
-            .map_err(|_| invalid(LEAK_WARMUP, &v, "a whole number of epochs, such as 1"))?;
-    }
-    match code.near_oom_threshold {
-        Some(f) => {
-            settings.near_oom_threshold =
-                check_fraction(f).map_err(|e| invalid("near_oom_threshold", &f.to_string(), e))?
-        }
-        None => {
-            if let Some(v) = env(NEAR_OOM_THRESHOLD) {
-                settings.near_oom_threshold =
-                    parse_fraction(&v).map_err(|e| invalid(NEAR_OOM_THRESHOLD, &v, e))?;
-            }
-        }
-    }
-    match code.near_oom_window {
-        Some(window) => {
-            settings.near_oom_window = check_window(window)
-                .map_err(|e| invalid("near_oom_window", &format!("{window:?}"), e))?
-        }
-        None => {
-            if let Some(v) = env(NEAR_OOM_WINDOW) {
-                let window = crate::config::parse::duration(&v)
-                    .map_err(|_| "a duration such as 30s or 2m")
-                    .and_then(check_window)
-                    .map_err(|e| invalid(NEAR_OOM_WINDOW, &v, e))?;
-                settings.near_oom_window = window;
-            }
-        }
-    }
-    Ok(settings)
+    let defaults = DiagnoseSettings::default();
+    Ok(DiagnoseSettings {
+        budget: layered(&BUDGET, code.budget, None, env)?.map(|(b, _)| b),
+        budget_error: layered(&BUDGET_ERROR_ROW, code.budget_error, None, env)?
+            .is_some_and(|(flag, _)| flag),
+        leak_ratio: get(defaults.leak_ratio, &LEAK_RATIO_ROW, code.leak_ratio)?,
+        leak_warmup: layered(&LEAK_WARMUP_ROW, code.leak_warmup, None, env)?
+            .map_or(defaults.leak_warmup, |(n, _)| n),
+        near_oom_threshold: get(
+            defaults.near_oom_threshold,
+            &NEAR_OOM_THRESHOLD_ROW,
+            code.near_oom_threshold,
+        )?,
+        near_oom_window: layered(&NEAR_OOM_WINDOW_ROW, code.near_oom_window, None, env)?
+            .map_or(defaults.near_oom_window, |(w, _)| w),
+    })
 }
 
-fn check_budget(budget: MemoryBudget, name: &str) -> Result<MemoryBudget, InitError> {
-    match budget {
-        MemoryBudget::Bytes(0) => Err(invalid(name, "0", "a budget above zero bytes")),
-        MemoryBudget::Fraction(f) => check_fraction(f)
-            .map(MemoryBudget::Fraction)
-            .map_err(|e| invalid(name, &f.to_string(), e)),
-        budget => Ok(budget),
+fn check_budget(budget: &MemoryBudget) -> Result<(), &'static str> {
+    match *budget {
+        MemoryBudget::Bytes(0) => Err("a budget above zero bytes"),
+        MemoryBudget::Fraction(f) => check_fraction(f).map(drop),
+        MemoryBudget::Bytes(_) => Ok(()),
     }
 }
 
 /// Parses `20GiB`, `20 GB`, `512MiB`, `1024B` (a unit is required) or `80%`.
-pub(crate) fn parse_budget(text: &str) -> Result<MemoryBudget, &'static str> {
-    const EXPECTED: &str = "bytes with a unit, such as 20GiB or 512MB, or a fraction of the \
-                            device, such as 80%";
-    let text = text.trim();
-    if let Some(percent) = text.strip_suffix('%') {
-        let value: f64 = percent.trim().parse().map_err(|_| EXPECTED)?;
-        return check_fraction(value / 100.0).map(MemoryBudget::Fraction);
+pub(crate) fn parse_budget(text: &str) -> Result<MemoryBudget, InvalidValue> {
+    let trimmed = text.trim();
+    if let Some(percent) = trimmed.strip_suffix('%') {
+        let value: f64 = percent
+            .trim()
+            .parse()
+            .map_err(|_| InvalidValue::new(text, BUDGETS))?;
+        return check_fraction(value / 100.0)
+            .map(MemoryBudget::Fraction)
+            .map_err(|expected| InvalidValue::new(text, expected));
     }
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or(EXPECTED)?;
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| EXPECTED)?;
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "b" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        _ => return Err(EXPECTED),
-    };
-    let bytes = number * scale;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
-        return Err("a budget above zero bytes, such as 20GiB");
+    match parse::byte_size(text) {
+        Ok(bytes) => Ok(MemoryBudget::Bytes(bytes)),
+        Err(error) if error.expected() == parse::BYTE_SIZE => Err(InvalidValue::new(text, BUDGETS)),
+        Err(error) => Err(error),
     }
-    Ok(MemoryBudget::Bytes(bytes.round() as u64))
 }
 
 /// Parses the leak ratio: a number above 1, such as 1.5.
-pub(crate) fn parse_ratio(text: &str) -> Result<f64, &'static str> {
-    let value: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| "a number above 1, such as 1.5")?;
-    check_ratio(value)
+#[cfg(test)]
+pub(crate) fn parse_ratio(text: &str) -> Result<f64, InvalidValue> {
+    LEAK_RATIO_ROW.read(text)
 }
 
 fn check_ratio(value: f64) -> Result<f64, &'static str> {
     if value.is_finite() && value > 1.0 {
         Ok(value)
     } else {
-        Err("a number above 1, such as 1.5 (end memory 1.5 times the first epoch's)")
+        Err(RATIOS)
     }
 }
 
 /// Parses a fraction of a device: `95%` or `0.95`, above 0 and at most 100 %.
-pub(crate) fn parse_fraction(text: &str) -> Result<f64, &'static str> {
-    let text = text.trim();
-    let value = match text.strip_suffix('%') {
-        Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
-        None => text.parse::<f64>(),
-    };
-    check_fraction(value.map_err(|_| "a fraction of the device, such as 95% or 0.95")?)
-}
-
-fn check_fraction(value: f64) -> Result<f64, &'static str> {
-    if value.is_finite() && value > 0.0 && value <= 1.0 {
-        Ok(value)
-    } else {
-        Err("a fraction of the device above 0 and at most 100%, such as 95%")
-    }
+#[cfg(test)]
+pub(crate) fn parse_fraction(text: &str) -> Result<f64, InvalidValue> {
+    parse::fraction(text)
 }
 
 fn check_window(window: Duration) -> Result<Duration, &'static str> {
     if window >= Duration::from_millis(100) && window <= Duration::from_secs(3600) {
         Ok(window)
     } else {
-        Err("a duration from 100ms to 1h, such as 30s")
-    }
-}
-
-fn parse_bool(text: &str) -> Result<bool, &'static str> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err("true or false"),
+        Err(WINDOWS)
     }
 }
 

@@ -2,6 +2,9 @@
 //! TensorBoard event file. Their settings (code beats environment beats default) and the
 //! sampler observers and export taps that write them.
 
+use crate::config::layered::{layered, process_var, Env};
+use crate::config::parse;
+use crate::config::table::{Row, Setting, Vars};
 use crate::config::{Destination, Settings};
 use crate::error::InitError;
 use crate::export::tap::SpanTap;
@@ -10,11 +13,29 @@ use crate::timeline::file::TimelineDevice;
 use crate::timeline::writer::TimelineWriter;
 use crate::timeline::TickObserver;
 
+/// `on` or `off`: write TensorBoard event files into the run directory (default: off).
+pub(crate) use crate::config::vars::GPUSPAN_TENSORBOARD as TENSORBOARD_VAR;
 /// `on` or `off`: write `timeline.bin` (default: on when traces or metrics go to the run
 /// directory, off otherwise).
-pub(crate) const TIMELINE_VAR: &str = "GPUSPAN_TIMELINE";
-/// `on` or `off`: write TensorBoard event files into the run directory (default: off).
-pub(crate) const TENSORBOARD_VAR: &str = "GPUSPAN_TENSORBOARD";
+pub(crate) use crate::config::vars::GPUSPAN_TIMELINE as TIMELINE_VAR;
+
+const TIMELINE: Row<bool> = Row::new(
+    "timeline",
+    Vars::Ordered(&[TIMELINE_VAR]),
+    parse::BOOLEAN,
+    "on with the run directory, off with OTLP",
+    parse::boolean,
+);
+const TENSORBOARD: Row<bool> = Row::new(
+    "tensorboard",
+    Vars::Ordered(&[TENSORBOARD_VAR]),
+    parse::BOOLEAN,
+    "off",
+    parse::boolean,
+);
+
+/// The pictures' rows of the settings table.
+pub(crate) const ROWS: &[Setting] = &[TIMELINE.setting, TENSORBOARD.setting];
 
 /// The values set in code (`None`: not set).
 #[derive(Debug, Clone, Copy, Default)]
@@ -30,35 +51,19 @@ pub(crate) struct Pictures {
     pub(crate) tensorboard: bool,
 }
 
-/// Reads an on/off variable's value.
-pub(crate) fn parse_switch(name: &str, value: &str) -> Result<bool, InitError> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "on" | "true" | "1" | "yes" => Ok(true),
-        "off" | "false" | "0" | "no" => Ok(false),
-        _ => Err(InitError::InvalidSetting {
-            name: name.into(),
-            value: value.into(),
-            expected: "on or off".into(),
-        }),
-    }
-}
-
 /// Code, else the variable (read through `env`), else the default.
 pub(crate) fn resolve(
     code: PictureCode,
     env: impl Fn(&str) -> Option<String>,
     run_dir_in_use: bool,
 ) -> Result<Pictures, InitError> {
-    let switch = |set: Option<bool>, name: &str, default: bool| match set {
-        Some(value) => Ok(value),
-        None => match env(name) {
-            Some(value) if !value.trim().is_empty() => parse_switch(name, &value),
-            _ => Ok(default),
-        },
+    let env = Env::from_fn(&env);
+    let switch = |row: &Row<bool>, set: Option<bool>, default: bool| -> Result<bool, InitError> {
+        Ok(layered(row, set, None, env)?.map_or(default, |(value, _)| value))
     };
     Ok(Pictures {
-        timeline: switch(code.timeline, TIMELINE_VAR, run_dir_in_use)?,
-        tensorboard: switch(code.tensorboard, TENSORBOARD_VAR, false)?,
+        timeline: switch(&TIMELINE, code.timeline, run_dir_in_use)?,
+        tensorboard: switch(&TENSORBOARD, code.tensorboard, false)?,
     })
 }
 
@@ -67,7 +72,7 @@ pub(crate) fn from_env(code: PictureCode, settings: &Settings) -> Result<Picture
     let run_dir_in_use = [&settings.traces, &settings.metrics]
         .iter()
         .any(|d| matches!(d, Destination::RunDir));
-    resolve(code, |name| std::env::var(name).ok(), run_dir_in_use)
+    resolve(code, process_var, run_dir_in_use)
 }
 
 fn run_dir(settings: &Settings) -> Result<std::path::PathBuf, InitError> {

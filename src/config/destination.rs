@@ -1,0 +1,117 @@
+//! Where each signal goes: the exporter chosen, else OTLP with an endpoint, else the run
+//! directory; for OTLP, the endpoint, transport, headers, timeout and compression of that
+//! signal.
+
+use std::time::Duration;
+
+use super::layered::{layered, Env, Origin};
+use super::table::{self, Signal};
+use super::{parse, CodeSettings, Compression, Exporter, Protocol};
+use crate::config::error::SettingError;
+
+/// Where one signal goes, fully resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Destination {
+    Otlp(OtlpTarget),
+    Console,
+    None,
+    RunDir,
+}
+
+impl Destination {
+    /// How long one export may take: the OTLP timeout, or a few seconds for local files.
+    pub(crate) fn timeout(&self) -> Duration {
+        match self {
+            Destination::Otlp(target) => target.timeout,
+            _ => Duration::from_secs(5),
+        }
+    }
+}
+
+/// An OTLP endpoint for one signal, with everything the exporter sends.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct OtlpTarget {
+    /// Full URL: for HTTP it includes `/v1/traces` or `/v1/metrics`.
+    pub(crate) endpoint: String,
+    pub(crate) protocol: Protocol,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) timeout: Duration,
+    pub(crate) compression: Compression,
+}
+
+/// The path OTLP/HTTP appends to a base endpoint.
+fn http_path(signal: Signal) -> &'static str {
+    match signal {
+        Signal::Traces => "/v1/traces",
+        Signal::Metrics => "/v1/metrics",
+    }
+}
+
+pub(crate) fn destination(
+    code: &CodeSettings,
+    signal: Signal,
+    env: Env<'_>,
+) -> Result<Destination, SettingError> {
+    let (row, code_exporter) = match signal {
+        Signal::Traces => (&table::TRACES_EXPORTER, code.traces_exporter),
+        Signal::Metrics => (&table::METRICS_EXPORTER, code.metrics_exporter),
+    };
+    let on = Some(signal);
+    let choice = layered(row, code_exporter, on, env)?;
+    let endpoint = layered(&table::ENDPOINT, code.endpoint.clone(), on, env)?;
+    let exporter = match (choice, &endpoint) {
+        (Some((exporter, _)), _) => exporter,
+        (None, Some(_)) => Exporter::Otlp,
+        (None, None) => Exporter::RunDir,
+    };
+    match exporter {
+        Exporter::Console => return Ok(Destination::Console),
+        Exporter::None => return Ok(Destination::None),
+        Exporter::RunDir => return Ok(Destination::RunDir),
+        Exporter::Otlp => {}
+    }
+    let protocol = layered(&table::PROTOCOL, code.protocol, on, env)?
+        .map_or(Protocol::HttpProtobuf, |(p, _)| p);
+    let own_var = table::ENDPOINT.setting.vars.precedence(on)[0];
+    let endpoint = match endpoint {
+        // A signal's own variable is the full URL, used as is.
+        Some((url, Origin::Env(var))) if var == own_var => url,
+        Some((base, _)) => with_signal_path(base, protocol, http_path(signal)),
+        None => {
+            let base = match protocol {
+                Protocol::Grpc => "http://localhost:4317",
+                Protocol::HttpProtobuf => "http://localhost:4318",
+            };
+            with_signal_path(base.to_owned(), protocol, http_path(signal))
+        }
+    };
+    // Headers merge by name: the environment's first, then code's over them.
+    let mut headers = layered(&table::HEADERS, None, on, env)?
+        .map(|(h, _)| h)
+        .unwrap_or_default();
+    for (key, value) in &code.headers {
+        parse::check_header(key, value)
+            .map_err(|error| error.named(format!("header({key:?})"), value))?;
+        headers.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
+        headers.push((key.clone(), value.clone()));
+    }
+    let timeout = layered(&table::TIMEOUT, code.timeout, on, env)?
+        .map_or(Duration::from_secs(10), |(t, _)| t);
+    let compression = layered(&table::COMPRESSION, code.compression, on, env)?
+        .map_or(Compression::None, |(c, _)| c);
+    Ok(Destination::Otlp(OtlpTarget {
+        endpoint,
+        protocol,
+        headers,
+        timeout,
+        compression,
+    }))
+}
+
+/// OTLP/HTTP appends the signal's path to a base endpoint; gRPC takes it as is.
+fn with_signal_path(base: String, protocol: Protocol, path: &str) -> String {
+    match protocol {
+        Protocol::Grpc => base,
+        Protocol::HttpProtobuf => format!("{}{path}", base.trim_end_matches('/')),
+    }
+}

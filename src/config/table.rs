@@ -1,0 +1,369 @@
+//! The settings table: one row per setting, with its name, the builder setter that sets it
+//! in code, the variables that set it from the environment (in precedence order), what
+//! its grammar accepts and its default. Diagnosis and the report's pictures keep their
+//! rows next to their code; [`settings`] lists them all, for the Python keywords, the
+//! README and the tests that keep those surfaces in step.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::error::{InvalidValue, SettingError};
+use super::kinds::{COMPRESSIONS, EXPORTERS, PROTOCOLS};
+use super::parse::{self, *};
+use super::vars::*;
+use super::{Compression, Exporter, Protocol};
+use crate::source::DeviceScope;
+
+/// One setting, as users see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// Its name: the Python keyword.
+    pub name: &'static str,
+    /// The `Builder` method that sets it in code (beating the variables).
+    pub setter: &'static str,
+    /// The variables that set it when code does not.
+    pub vars: Vars,
+    /// What a variable's value may be.
+    pub expected: &'static str,
+    /// What applies when nothing sets it.
+    pub default: &'static str,
+}
+
+/// The variables of a setting, in precedence order.
+#[derive(Debug, Clone, Copy)]
+pub enum Vars {
+    /// None: only code sets it.
+    CodeOnly,
+    /// The first of these that is set.
+    Ordered(&'static [&'static str]),
+    /// One per signal, each before the one for every signal.
+    PerSignal {
+        /// For traces.
+        traces: &'static str,
+        /// For metrics.
+        metrics: &'static str,
+        /// For every signal.
+        every: &'static str,
+    },
+}
+
+/// Which signal a setting is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signal {
+    Traces,
+    Metrics,
+}
+
+impl Vars {
+    /// Every variable, in precedence order (per signal: traces', metrics', every signal's).
+    pub fn names(&self) -> Vec<&'static str> {
+        match *self {
+            Vars::CodeOnly => Vec::new(),
+            Vars::Ordered(names) => names.to_vec(),
+            Vars::PerSignal {
+                traces,
+                metrics,
+                every,
+            } => vec![traces, metrics, every],
+        }
+    }
+
+    /// The variables read for `signal`, first one first.
+    pub(crate) fn precedence(&self, signal: Option<Signal>) -> Vec<&'static str> {
+        match (*self, signal) {
+            (Vars::PerSignal { traces, every, .. }, Some(Signal::Traces)) => vec![traces, every],
+            (Vars::PerSignal { metrics, every, .. }, Some(Signal::Metrics)) => {
+                vec![metrics, every]
+            }
+            (Vars::PerSignal { every, .. }, None) => vec![every],
+            (vars, _) => vars.names(),
+        }
+    }
+}
+
+/// A setting with its parser and its bounds.
+pub(crate) struct Row<T: 'static> {
+    pub(crate) setting: Setting,
+    /// Reads a variable's text (or text given in code).
+    pub(crate) parse: fn(&str) -> Result<T, InvalidValue>,
+    /// Bounds every value meets, from code or a variable; `Err` says what would do.
+    pub(crate) check: fn(&T) -> Result<(), &'static str>,
+}
+
+fn accept<T>(_: &T) -> Result<(), &'static str> {
+    Ok(())
+}
+
+impl<T> Row<T> {
+    pub(crate) const fn new(
+        name: &'static str,
+        vars: Vars,
+        expected: &'static str,
+        default: &'static str,
+        parse: fn(&str) -> Result<T, InvalidValue>,
+    ) -> Self {
+        Row {
+            setting: Setting {
+                name,
+                setter: name,
+                vars,
+                expected,
+                default,
+            },
+            parse,
+            check: accept::<T>,
+        }
+    }
+
+    /// The row with a setter named unlike the setting (one entry per call).
+    pub(crate) const fn setter(mut self, setter: &'static str) -> Self {
+        self.setting.setter = setter;
+        self
+    }
+
+    /// The row with bounds.
+    pub(crate) const fn checked(mut self, check: fn(&T) -> Result<(), &'static str>) -> Self {
+        self.check = check;
+        self
+    }
+
+    /// Parses `text` and checks the bounds.
+    pub(crate) fn read(&self, text: &str) -> Result<T, InvalidValue> {
+        let value = (self.parse)(text)?;
+        (self.check)(&value).map_err(|expected| InvalidValue::new(text, expected))?;
+        Ok(value)
+    }
+
+    /// Reads text given to the builder, named after the setter.
+    pub(crate) fn read_code(&self, text: &str) -> Result<T, SettingError> {
+        self.read(text)
+            .map_err(|error| error.named(self.setting.setter, text))
+    }
+}
+
+/// Every setting: the rows here, then the pictures' and diagnosis'.
+pub fn settings() -> impl Iterator<Item = &'static Setting> {
+    ROWS.iter()
+        .chain(crate::report::setup::ROWS)
+        .chain(crate::diagnose::settings::ROWS)
+}
+
+/// The setting named `name` (its Python keyword).
+pub fn setting(name: &str) -> Option<&'static Setting> {
+    settings().find(|s| s.name == name)
+}
+
+const ROWS: &[Setting] = &[
+    DISABLED.setting,
+    SERVICE_NAME.setting,
+    RESOURCE_ATTRIBUTES.setting,
+    SAMPLE_INTERVAL.setting,
+    NVML_LIB.setting,
+    DEVICES.setting,
+    RUN_DIR.setting,
+    RUN_ID.setting,
+    ENDPOINT.setting,
+    PROTOCOL.setting,
+    HEADERS.setting,
+    TIMEOUT.setting,
+    COMPRESSION.setting,
+    TRACES_EXPORTER.setting,
+    METRICS_EXPORTER.setting,
+    METRIC_EXPORT_INTERVAL.setting,
+    PROMETHEUS_ADDR.setting,
+    EXPORT_QUEUE.setting,
+    SUMMARY.setting,
+    FLUSH_ON_SIGNAL.setting,
+];
+
+const fn one(var: &'static [&'static str]) -> Vars {
+    Vars::Ordered(var)
+}
+
+pub(crate) const DISABLED: Row<bool> = Row::new(
+    "disabled",
+    one(&[OTEL_SDK_DISABLED]),
+    BOOLEAN,
+    "false",
+    boolean,
+);
+pub(crate) const SERVICE_NAME: Row<String> = Row::new(
+    "service_name",
+    one(&[OTEL_SERVICE_NAME]),
+    TEXT,
+    "service.name of OTEL_RESOURCE_ATTRIBUTES, else unknown_service:<executable>",
+    text,
+);
+pub(crate) const RESOURCE_ATTRIBUTES: Row<Vec<(String, String)>> = Row::new(
+    "resource_attributes",
+    one(&[OTEL_RESOURCE_ATTRIBUTES]),
+    KEY_VALUES,
+    "none",
+    key_values,
+)
+.setter("resource_attribute");
+
+/// Shortest sampling interval accepted.
+const MIN_SAMPLE_INTERVAL: Duration = Duration::from_micros(100);
+
+pub(crate) const SAMPLE_INTERVAL: Row<Duration> = Row::new(
+    "sample_interval",
+    one(&[GPUSPAN_SAMPLE_INTERVAL]),
+    DURATION,
+    "5ms",
+    duration,
+)
+.checked(|interval| {
+    if *interval < MIN_SAMPLE_INTERVAL {
+        Err("an interval of at least 100us (the default is 5ms)")
+    } else {
+        Ok(())
+    }
+});
+pub(crate) const NVML_LIB: Row<PathBuf> = Row::new(
+    "nvml_lib",
+    one(&[GPUSPAN_NVML_LIB]),
+    "the path of libnvidia-ml.so.1",
+    "the system's",
+    path,
+);
+pub(crate) const DEVICES: Row<DeviceScope> = Row::new(
+    "devices",
+    one(&[GPUSPAN_DEVICES]),
+    "NVML indexes or GPU-... UUIDs separated by commas",
+    "CUDA_VISIBLE_DEVICES, else all",
+    device_scope,
+);
+pub(crate) const RUN_DIR: Row<PathBuf> = Row::new(
+    "run_dir",
+    one(&[GPUSPAN_RUN_DIR]),
+    "a directory",
+    "gpuspan-runs",
+    path,
+);
+pub(crate) const RUN_ID: Row<String> = Row::new(
+    "run_id",
+    one(&[GPUSPAN_RUN_ID]),
+    RUN_IDS,
+    "TORCHELASTIC_RUN_ID, slurm-$SLURM_JOB_ID, else date-time-pid",
+    text,
+)
+.checked(check_run_id);
+pub(crate) const ENDPOINT: Row<String> = Row::new(
+    "endpoint",
+    Vars::PerSignal {
+        traces: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+        metrics: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+        every: OTEL_EXPORTER_OTLP_ENDPOINT,
+    },
+    URL,
+    "none: the run directory",
+    url,
+);
+pub(crate) const PROTOCOL: Row<Protocol> = Row::new(
+    "protocol",
+    Vars::PerSignal {
+        traces: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+        metrics: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+        every: OTEL_EXPORTER_OTLP_PROTOCOL,
+    },
+    PROTOCOLS,
+    "http/protobuf",
+    parse::protocol,
+);
+pub(crate) const HEADERS: Row<Vec<(String, String)>> = Row::new(
+    "headers",
+    Vars::PerSignal {
+        traces: OTEL_EXPORTER_OTLP_TRACES_HEADERS,
+        metrics: OTEL_EXPORTER_OTLP_METRICS_HEADERS,
+        every: OTEL_EXPORTER_OTLP_HEADERS,
+    },
+    KEY_VALUES,
+    "none",
+    headers,
+)
+.setter("header");
+pub(crate) const TIMEOUT: Row<Duration> = Row::new(
+    "timeout",
+    Vars::PerSignal {
+        traces: OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+        metrics: OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
+        every: OTEL_EXPORTER_OTLP_TIMEOUT,
+    },
+    MILLIS,
+    "10000",
+    millis,
+);
+pub(crate) const COMPRESSION: Row<Compression> = Row::new(
+    "compression",
+    Vars::PerSignal {
+        traces: OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
+        metrics: OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
+        every: OTEL_EXPORTER_OTLP_COMPRESSION,
+    },
+    COMPRESSIONS,
+    "none",
+    parse::compression,
+);
+pub(crate) const TRACES_EXPORTER: Row<Exporter> = Row::new(
+    "traces_exporter",
+    one(&[OTEL_TRACES_EXPORTER]),
+    EXPORTERS,
+    "otlp with an endpoint, else run_dir",
+    exporter,
+);
+pub(crate) const METRICS_EXPORTER: Row<Exporter> = Row::new(
+    "metrics_exporter",
+    one(&[OTEL_METRICS_EXPORTER]),
+    EXPORTERS,
+    "otlp with an endpoint, else run_dir",
+    exporter,
+);
+pub(crate) const METRIC_EXPORT_INTERVAL: Row<Duration> = Row::new(
+    "metric_export_interval",
+    one(&[OTEL_METRIC_EXPORT_INTERVAL]),
+    MILLIS,
+    "60000",
+    millis,
+)
+.checked(|interval| {
+    if interval.is_zero() {
+        Err("a positive number of milliseconds")
+    } else {
+        Ok(())
+    }
+});
+pub(crate) const PROMETHEUS_ADDR: Row<SocketAddr> = Row::new(
+    "prometheus_addr",
+    one(&[GPUSPAN_PROMETHEUS_ADDR]),
+    LISTEN_ADDR,
+    "off",
+    listen_addr,
+);
+pub(crate) const EXPORT_QUEUE: Row<usize> = Row::new(
+    "export_queue",
+    one(&[GPUSPAN_EXPORT_QUEUE]),
+    COUNT,
+    "65536",
+    count,
+);
+pub(crate) const SUMMARY: Row<bool> = Row::new("summary", Vars::CodeOnly, BOOLEAN, "true", boolean);
+pub(crate) const FLUSH_ON_SIGNAL: Row<bool> =
+    Row::new("flush_on_signal", Vars::CodeOnly, BOOLEAN, "true", boolean);
+
+/// What a run id may be.
+const RUN_IDS: &str = "a name without path separators, such as resnet-lr0.1";
+
+/// A run id names a directory: no separators, not `.` or `..`.
+pub(crate) fn check_run_id(id: &String) -> Result<(), &'static str> {
+    if id.contains(['/', '\\']) || id == "." || id == ".." || id.is_empty() {
+        Err(RUN_IDS)
+    } else {
+        Ok(())
+    }
+}
+
+fn device_scope(list: &str) -> Result<DeviceScope, InvalidValue> {
+    DeviceScope::parse(list).map_err(|why| InvalidValue::new(list, why))
+}
