@@ -92,7 +92,7 @@ pub use config::{Compression, Exporter, InvalidValue, Protocol, DEFAULT_SAMPLE_I
 /// Not a stable API.
 #[doc(hidden)]
 pub mod settings {
-    pub use crate::config::parse::{boolean, duration, fraction};
+    pub use crate::config::parse::{boolean, duration, fraction, listen_addr};
     pub use crate::config::{setting, settings, Setting, Vars};
 }
 pub use diagnose::{record_oom, BatchFit, MemoryBudget};

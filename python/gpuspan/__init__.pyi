@@ -73,6 +73,7 @@ class Span:
 
 def init(
     *,
+    disabled: bool | str = ...,
     service_name: str = ...,
     resource_attributes: Mapping[str, object] = ...,
     sample_interval: _Duration = ...,
@@ -84,13 +85,22 @@ def init(
     protocol: Literal["grpc", "http/protobuf"] = ...,
     headers: Mapping[str, str] = ...,
     timeout: _Duration = ...,
+    compression: Literal["gzip", "none"] = ...,
     traces_exporter: Literal["otlp", "console", "none", "run_dir"] = ...,
     metrics_exporter: Literal["otlp", "console", "none", "run_dir"] = ...,
     metric_export_interval: _Duration = ...,
     prometheus_addr: int | str = ...,
-    disabled: bool = ...,
-    summary: bool = ...,
+    export_queue: int = ...,
+    summary: bool | str = ...,
     flush_on_signal: bool = ...,
+    timeline: bool | str = ...,
+    tensorboard: bool | str = ...,
+    memory_budget: int | str = ...,
+    memory_budget_error: bool | str = ...,
+    leak_ratio: float = ...,
+    leak_warmup: int = ...,
+    near_oom_threshold: float | str = ...,
+    near_oom_window: _Duration = ...,
     allocator: Literal["auto"] | Allocator | None = ...,
 ) -> Telemetry: ...
 def epoch(index: int, **attributes: object) -> Span: ...

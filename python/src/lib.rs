@@ -19,6 +19,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(span::record_allocator, m)?)?;
     m.add_function(wrap_pyfunction!(report::read_run, m)?)?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::check_settings, m)?)?;
+    m.add("SETTINGS", settings::listing(m.py())?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

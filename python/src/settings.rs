@@ -1,45 +1,45 @@
-//! `gpuspan.init(**settings)`: each keyword maps to one `Builder` setter, so code beats the
-//! environment exactly as in Rust. A bad keyword or value is a `ValueError` naming it.
+//! `gpuspan.init(**settings)`: one keyword per row of the crate's settings table, each
+//! calling that row's `Builder` setter, so code beats the environment exactly as in Rust.
+//! Text values are read with the same grammar as the row's variable (durations take
+//! units: a bare number in text is milliseconds, as in `GPUSPAN_SAMPLE_INTERVAL`);
+//! numbers of seconds and `timedelta`s are durations too. A bad keyword or value is a
+//! `ValueError` naming it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gpuspan::{Builder, Exporter, Protocol};
+use gpuspan::settings as table;
+use gpuspan::{Builder, InvalidValue, MemoryBudget};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyTuple};
 
-/// Every keyword `init` takes, with the Rust setter it calls.
-pub(crate) const NAMES: &[&str] = &[
-    "service_name",
-    "resource_attributes",
-    "sample_interval",
-    "nvml_lib",
-    "devices",
-    "run_dir",
-    "run_id",
-    "endpoint",
-    "protocol",
-    "headers",
-    "timeout",
-    "traces_exporter",
-    "metrics_exporter",
-    "metric_export_interval",
-    "prometheus_addr",
-    "disabled",
-    "summary",
-    "flush_on_signal",
-];
+/// Every keyword `init` takes, in the table's order.
+pub(crate) fn names() -> Vec<&'static str> {
+    table::settings().map(|s| s.name).collect()
+}
+
+/// `gpuspan._native.SETTINGS`: the keywords, for the package and its tests.
+pub(crate) fn listing(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    PyTuple::new(py, names())
+}
+
+/// Applies `settings` to a builder that is then dropped: whether `init` would take them,
+/// without setting anything up (for the tests).
+#[pyfunction]
+pub(crate) fn check_settings(settings: &Bound<'_, PyDict>) -> PyResult<()> {
+    apply(gpuspan::Telemetry::builder(), settings).map(drop)
+}
 
 /// Applies the keyword settings to a builder.
 pub(crate) fn apply(mut builder: Builder, settings: &Bound<'_, PyDict>) -> PyResult<Builder> {
     for (key, value) in settings.iter() {
         let key: String = key.extract()?;
-        if !NAMES.contains(&key.as_str()) {
+        if table::setting(&key).is_none() {
             return Err(PyTypeError::new_err(format!(
                 "gpuspan.init() got an unknown setting {key:?}; the settings are: {}, allocator",
-                NAMES.join(", ")
+                names().join(", ")
             )));
         }
         builder = setting(builder, &key, &value).map_err(|e| {
@@ -60,8 +60,10 @@ pub(crate) fn apply(mut builder: Builder, settings: &Bound<'_, PyDict>) -> PyRes
     Ok(builder)
 }
 
+/// One keyword's setter; every row of the table has an arm (the tests apply each).
 fn setting(builder: Builder, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Builder> {
     Ok(match key {
+        "disabled" => builder.disabled(flag(value)?),
         "service_name" => builder.service_name(value.extract::<String>()?),
         "resource_attributes" => {
             let mut builder = builder;
@@ -76,15 +78,7 @@ fn setting(builder: Builder, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Bu
         "run_dir" => builder.run_dir(value.extract::<PathBuf>()?),
         "run_id" => builder.run_id(value.extract::<String>()?),
         "endpoint" => builder.endpoint(value.extract::<String>()?),
-        "protocol" => builder.protocol(match value.extract::<String>()?.as_str() {
-            "grpc" => Protocol::Grpc,
-            "http/protobuf" => Protocol::HttpProtobuf,
-            _ => {
-                return Err(PyValueError::new_err(
-                    "expected \"grpc\" or \"http/protobuf\"",
-                ))
-            }
-        }),
+        "protocol" => builder.protocol(parsed(value)?),
         "headers" => {
             let mut builder = builder;
             for (k, v) in value.downcast::<PyDict>()?.iter() {
@@ -93,13 +87,22 @@ fn setting(builder: Builder, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Bu
             builder
         }
         "timeout" => builder.timeout(duration(value)?),
-        "traces_exporter" => builder.traces_exporter(exporter(value)?),
-        "metrics_exporter" => builder.metrics_exporter(exporter(value)?),
+        "compression" => builder.compression(parsed(value)?),
+        "traces_exporter" => builder.traces_exporter(parsed(value)?),
+        "metrics_exporter" => builder.metrics_exporter(parsed(value)?),
         "metric_export_interval" => builder.metric_export_interval(duration(value)?),
         "prometheus_addr" => builder.prometheus_addr(socket_addr(value)?),
-        "disabled" => builder.disabled(value.extract::<bool>()?),
-        "summary" => builder.summary(value.extract::<bool>()?),
-        "flush_on_signal" => builder.flush_on_signal(value.extract::<bool>()?),
+        "export_queue" => builder.export_queue(value.extract::<usize>()?),
+        "summary" => builder.summary(flag(value)?),
+        "flush_on_signal" => builder.flush_on_signal(flag(value)?),
+        "timeline" => builder.timeline(flag(value)?),
+        "tensorboard" => builder.tensorboard(flag(value)?),
+        "memory_budget" => builder.memory_budget(budget(value)?),
+        "memory_budget_error" => builder.memory_budget_error(flag(value)?),
+        "leak_ratio" => builder.leak_ratio(value.extract::<f64>()?),
+        "leak_warmup" => builder.leak_warmup(value.extract::<usize>()?),
+        "near_oom_threshold" => builder.near_oom_threshold(fraction(value)?),
+        "near_oom_window" => builder.near_oom_window(duration(value)?),
         _ => return Err(PyTypeError::new_err(format!("unknown setting {key:?}"))),
     })
 }
@@ -110,43 +113,55 @@ fn repr(value: &Bound<'_, PyAny>) -> String {
         .map_or_else(|_| "?".to_owned(), |r| r.to_string())
 }
 
-/// Seconds as a number, a `datetime.timedelta`, or a string such as `"5ms"`, `"500us"`, `"2s"`.
+/// What a grammar said, as a `ValueError`.
+fn rejected(error: InvalidValue) -> PyErr {
+    PyValueError::new_err(format!("expected {}", error.expected()))
+}
+
+/// A choice (protocol, exporter, compression) by the crate's own spelling.
+fn parsed<T: std::str::FromStr<Err = InvalidValue>>(value: &Bound<'_, PyAny>) -> PyResult<T> {
+    value.extract::<String>()?.parse().map_err(rejected)
+}
+
+/// `True`/`False`, or text in the variables' boolean grammar (`"on"`, `"false"`, ...).
+fn flag(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    match value.downcast::<PyString>() {
+        Ok(text) => table::boolean(&text.to_cow()?).map_err(rejected),
+        Err(_) => value.extract::<bool>(),
+    }
+}
+
+/// Seconds as a number, a `datetime.timedelta`, or text such as `"5ms"`, `"500us"`, `"2s"`.
 fn duration(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
-    let seconds = if let Ok(text) = value.downcast::<PyString>() {
-        parse_duration(&text.to_cow()?)?
-    } else if let Ok(delta) = value.extract::<Duration>() {
+    if let Ok(text) = value.downcast::<PyString>() {
+        return table::duration(&text.to_cow()?).map_err(rejected);
+    }
+    if let Ok(delta) = value.extract::<Duration>() {
         return Ok(delta);
-    } else {
-        value.extract::<f64>().map_err(|_| {
-            PyTypeError::new_err(
-                "expected seconds (a number), a timedelta, or a string such as \"5ms\"",
-            )
-        })?
-    };
+    }
+    let seconds = value.extract::<f64>().map_err(|_| {
+        PyTypeError::new_err(
+            "expected seconds (a number), a timedelta, or a string such as \"5ms\"",
+        )
+    })?;
     Duration::try_from_secs_f64(seconds)
         .map_err(|_| PyValueError::new_err("expected a duration of zero or more seconds"))
 }
 
-fn parse_duration(text: &str) -> PyResult<f64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let scale = match unit.trim() {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" | "" => 1.0,
-        _ => {
-            return Err(PyValueError::new_err(
-                "expected a duration such as \"5ms\", \"500us\" or \"2s\"",
-            ))
-        }
-    };
-    number.parse::<f64>().map(|n| n * scale).map_err(|_| {
-        PyValueError::new_err("expected a duration such as \"5ms\", \"500us\" or \"2s\"")
-    })
+/// A fraction of a device: a number such as `0.95`, or text such as `"95%"`.
+fn fraction(value: &Bound<'_, PyAny>) -> PyResult<f64> {
+    match value.downcast::<PyString>() {
+        Ok(text) => table::fraction(&text.to_cow()?).map_err(rejected),
+        Err(_) => value.extract::<f64>(),
+    }
+}
+
+/// Bytes as a whole number, or text such as `"20GiB"` or `"80%"`.
+fn budget(value: &Bound<'_, PyAny>) -> PyResult<MemoryBudget> {
+    match value.downcast::<PyString>() {
+        Ok(text) => text.to_cow()?.parse().map_err(rejected),
+        Err(_) => value.extract::<u64>().map(MemoryBudget::Bytes),
+    }
 }
 
 /// A comma-separated string, or a list of NVML indexes and `GPU-...` UUIDs.
@@ -162,28 +177,10 @@ fn devices(value: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(parts.join(","))
 }
 
-fn exporter(value: &Bound<'_, PyAny>) -> PyResult<Exporter> {
-    match value.extract::<String>()?.as_str() {
-        "otlp" => Ok(Exporter::Otlp),
-        "console" => Ok(Exporter::Console),
-        "none" => Ok(Exporter::None),
-        "run_dir" => Ok(Exporter::RunDir),
-        _ => Err(PyValueError::new_err(
-            "expected \"otlp\", \"console\", \"none\" or \"run_dir\"",
-        )),
-    }
-}
-
-/// A port number (on 127.0.0.1) or an `address:port` string.
+/// A port number (on 127.0.0.1), or text as `GPUSPAN_PROMETHEUS_ADDR` takes it.
 fn socket_addr(value: &Bound<'_, PyAny>) -> PyResult<SocketAddr> {
     if let Ok(port) = value.extract::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    let text = value.extract::<String>()?;
-    if let Ok(port) = text.parse::<u16>() {
-        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
-    text.parse().map_err(|_| {
-        PyValueError::new_err("expected a port or an address such as \"127.0.0.1:9464\"")
-    })
+    table::listen_addr(&value.extract::<String>()?).map_err(rejected)
 }

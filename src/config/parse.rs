@@ -202,7 +202,7 @@ pub(crate) fn url(text: &str) -> Result<String, InvalidValue> {
 }
 
 /// A port (`9464`, `:9464`, loopback then) or an address with a port.
-pub(crate) fn listen_addr(text: &str) -> Result<SocketAddr, InvalidValue> {
+pub fn listen_addr(text: &str) -> Result<SocketAddr, InvalidValue> {
     let trimmed = text.trim();
     let with_host = if trimmed.starts_with(':') {
         format!("127.0.0.1{trimmed}")

@@ -1,0 +1,76 @@
+"""Every row of the crate's settings table is a keyword of ``gpuspan.init()`` (the stub
+says so too), and text is read with the grammar of the row's variable."""
+
+import ast
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+import gpuspan
+from gpuspan import _native
+
+# A value of each setting's Python type; a new setting needs one here.
+SAMPLES = {
+    "disabled": False,
+    "service_name": "resnet",
+    "resource_attributes": {"team": "ml"},
+    "sample_interval": "2ms",
+    "nvml_lib": "/usr/lib/libnvidia-ml.so.1",
+    "devices": [0, "GPU-1"],
+    "run_dir": "runs",
+    "run_id": "resnet-lr0.1",
+    "endpoint": "http://localhost:4318",
+    "protocol": "grpc",
+    "headers": {"x-team": "ml"},
+    "timeout": timedelta(seconds=2),
+    "compression": "gzip",
+    "traces_exporter": "run_dir",
+    "metrics_exporter": "none",
+    "metric_export_interval": 30,
+    "prometheus_addr": 9464,
+    "export_queue": 8192,
+    "summary": False,
+    "flush_on_signal": True,
+    "timeline": "on",
+    "tensorboard": True,
+    "memory_budget": "20GiB",
+    "memory_budget_error": "yes",
+    "leak_ratio": 1.5,
+    "leak_warmup": 2,
+    "near_oom_threshold": "90%",
+    "near_oom_window": "30s",
+}
+
+
+def stub_keywords():
+    stub = Path(gpuspan.__file__).with_name("__init__.pyi")
+    tree = ast.parse(stub.read_text())
+    init = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "init")
+    return [arg.arg for arg in init.args.kwonlyargs]
+
+
+def test_the_stub_lists_every_setting_and_the_allocator():
+    assert sorted(stub_keywords()) == sorted([*_native.SETTINGS, "allocator"])
+
+
+@pytest.mark.parametrize("name", _native.SETTINGS)
+def test_every_setting_is_taken_as_a_keyword(name):
+    _native.check_settings({name: SAMPLES[name]})
+
+
+@pytest.mark.parametrize(
+    "settings, words",
+    [
+        ({"timeline": "maybe"}, ["timeline", "'maybe'", "on or off", "true or false"]),
+        ({"sample_interval": "5 parsecs"}, ["sample_interval", "5ms"]),
+        ({"traces_exporter": "file"}, ["traces_exporter", "run_dir"]),
+        ({"near_oom_threshold": "120%"}, ["near_oom_threshold", "95%"]),
+        ({"memory_budget": "20"}, ["memory_budget", "20GiB"]),
+    ],
+)
+def test_text_is_read_with_the_variables_grammar(settings, words):
+    with pytest.raises(ValueError) as error:
+        _native.check_settings(settings)
+    for word in words:
+        assert word in str(error.value), str(error.value)
