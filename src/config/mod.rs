@@ -420,6 +420,17 @@ mod tests {
     }
 
     #[test]
+    fn the_environment_can_send_one_signal_to_the_run_directory() {
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+            ("OTEL_METRICS_EXPORTER", "run_dir"),
+        ];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(otlp(&settings.traces).endpoint, "http://env:4318/v1/traces");
+        assert_eq!(settings.metrics, Destination::RunDir);
+    }
+
+    #[test]
     fn launcher_variables_give_rank_and_a_per_rank_directory() {
         let env = [
             ("RANK", "3"),

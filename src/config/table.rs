@@ -367,3 +367,60 @@ pub(crate) fn check_run_id(id: &String) -> Result<(), &'static str> {
 fn device_scope(list: &str) -> Result<DeviceScope, InvalidValue> {
     DeviceScope::parse(list).map_err(|why| InvalidValue::new(list, why))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Read, but not settings: the sampler is ignored with a warning (see `Sampling`).
+    const NOT_SETTINGS: &[&str] = &[OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG];
+
+    #[test]
+    fn every_gpuspan_and_otel_variable_read_is_in_one_row() {
+        let in_rows: Vec<&str> = settings().flat_map(|s| s.vars.names()).collect();
+        for var in ALL
+            .iter()
+            .filter(|v| v.starts_with("GPUSPAN_") || v.starts_with("OTEL_"))
+            .filter(|v| !NOT_SETTINGS.contains(v))
+        {
+            let rows = in_rows.iter().filter(|v| *v == var).count();
+            assert_eq!(rows, 1, "{var} is in {rows} rows of the settings table");
+        }
+        for var in &in_rows {
+            assert!(ALL.contains(var), "{var} is not in config::vars");
+        }
+    }
+
+    #[test]
+    fn a_signal_reads_its_own_variable_before_the_one_for_every_signal() {
+        let vars = ENDPOINT.setting.vars;
+        assert_eq!(
+            vars.precedence(Some(Signal::Metrics)),
+            [
+                OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+                OTEL_EXPORTER_OTLP_ENDPOINT
+            ]
+        );
+        assert_eq!(
+            vars.precedence(Some(Signal::Traces)),
+            [
+                OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+                OTEL_EXPORTER_OTLP_ENDPOINT
+            ]
+        );
+    }
+
+    #[test]
+    fn a_switch_takes_the_same_words_in_every_row() {
+        let rows = settings().filter(|s| s.expected == BOOLEAN).count();
+        assert!(rows >= 6, "{rows} switches");
+        for (text, value) in [("on", true), ("TRUE", true), ("no", false), (" 0 ", false)] {
+            assert_eq!(boolean(text), Ok(value), "{text}");
+        }
+        let error = DISABLED.read("maybe").unwrap_err().to_string();
+        assert!(
+            error.contains("\"maybe\"") && error.contains("on or off"),
+            "{error}"
+        );
+    }
+}

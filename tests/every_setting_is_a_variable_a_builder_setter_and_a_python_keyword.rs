@@ -1,0 +1,88 @@
+//! The settings table lists every setting once; the builder has each row's setter and no
+//! setting outside the table, `gpuspan.init()` takes each row as a keyword (its stub says
+//! so, and python/tests checks the module itself), and the README's table of variables
+//! names every row's variables.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use gpuspan::settings::{settings, Vars};
+
+fn source(path: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The names of the `pub fn name(mut self, ...)` methods in `text`: the builder's setters.
+fn setters_in(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("pub fn "))
+        .filter(|rest| rest.contains("(mut self"))
+        .filter_map(|rest| rest.split(['(', '<']).next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_row_has_a_name_of_its_own() {
+    let names: Vec<_> = settings().map(|s| s.name).collect();
+    let unique: BTreeSet<_> = names.iter().collect();
+    assert_eq!(unique.len(), names.len(), "a name twice in {names:?}");
+    assert!(names.len() >= 28, "{names:?}");
+}
+
+#[test]
+fn the_builder_has_a_setter_for_every_row_and_no_other_setting() {
+    let mut setters: BTreeSet<String> = BTreeSet::new();
+    for file in ["src/telemetry/builder.rs", "src/diagnose/builder.rs"] {
+        setters.extend(setters_in(&source(file)));
+    }
+    // Not a setting: where memory is read from, an object rather than a value.
+    setters.remove("memory_source");
+    let rows: BTreeSet<String> = settings().map(|s| s.setter.to_owned()).collect();
+    assert_eq!(
+        rows, setters,
+        "settings table (left) against Builder setters (right)"
+    );
+}
+
+#[test]
+fn python_init_takes_every_row_as_a_keyword() {
+    let stub = source("python/gpuspan/__init__.pyi");
+    let start = stub.find("def init(").expect("init in the stub");
+    let end = start + stub[start..].find(") -> Telemetry").expect("init's end");
+    let keywords: BTreeSet<String> = stub[start..end]
+        .lines()
+        .filter_map(|line| line.trim().split_once(':'))
+        .map(|(name, _)| name.to_owned())
+        .filter(|name| name != "allocator")
+        .collect();
+    let rows: BTreeSet<String> = settings().map(|s| s.name.to_owned()).collect();
+    assert_eq!(
+        rows, keywords,
+        "settings table (left) against gpuspan.init (right)"
+    );
+}
+
+#[test]
+fn the_readme_names_every_variable_of_every_row() {
+    let readme = source("README.md");
+    let table: Vec<&str> = readme
+        .lines()
+        .filter(|line| line.starts_with("| `GPUSPAN_") || line.starts_with("| `OTEL_"))
+        .collect();
+    for setting in settings() {
+        for var in setting.vars.names() {
+            let documented = match setting.vars {
+                // Per-signal variables are documented as "also per signal".
+                Vars::PerSignal { every, .. } => table.iter().any(|l| l.contains(every)),
+                _ => table.iter().any(|l| l.contains(&format!("`{var}`"))),
+            };
+            assert!(
+                documented,
+                "{var} ({}) is not in the README's table",
+                setting.name
+            );
+        }
+    }
+}
