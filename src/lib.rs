@@ -98,8 +98,8 @@ pub mod settings {
 pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
 pub use export::health::{ExportCounts, ExportTally};
-pub use sampler::SamplerStats;
 pub use layer::record_allocator;
+pub use sampler::SamplerStats;
 pub use source::{Device, DeviceReading, DeviceScope, MemorySource};
 pub use span::{MemorySpan, SpanMemory};
 pub use telemetry::{init, Builder, DeviceMemory, Telemetry};

@@ -16,7 +16,7 @@ macro_rules! epoch_span {
     ($epoch:expr $(, $($fields:tt)*)?) => {
         $crate::__memory_span!(
             $crate::names::span::EPOCH,
-            { $crate::names::attribute::ML_EPOCH } = $crate::__private::index($epoch)
+            ml.epoch = $crate::__private::index($epoch)
             $(, $($fields)*)?
         )
     };
@@ -36,7 +36,7 @@ macro_rules! step_span {
     ($step:expr $(, $($fields:tt)*)?) => {
         $crate::__memory_span!(
             $crate::names::span::STEP,
-            { $crate::names::attribute::ML_STEP } = $crate::__private::index($step)
+            ml.step = $crate::__private::index($step)
             $(, $($fields)*)?
         )
     };
@@ -57,7 +57,10 @@ macro_rules! memory_span {
 }
 
 /// Declares every memory attribute as an empty field (tracing drops values recorded into
-/// undeclared fields), then hands the span to the guard.
+/// undeclared fields), then hands the span to the guard. The fields are the rows of the
+/// attribute table (`figures::TRACED`), in its order; they are spelled here because
+/// tracing's constant field names need the prelude, which a caller may not have (a unit
+/// test checks both lists agree).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __memory_span {
@@ -66,19 +69,19 @@ macro_rules! __memory_span {
         $crate::MemorySpan::enter(
             $crate::__private::tracing::info_span!(
                 $name,
-                { $crate::names::attribute::GPU_MEMORY_START } = $crate::__private::Empty,
-                { $crate::names::attribute::GPU_MEMORY_END } = $crate::__private::Empty,
-                { $crate::names::attribute::GPU_MEMORY_PEAK } = $crate::__private::Empty,
-                { $crate::names::attribute::GPU_MEMORY_DELTA } = $crate::__private::Empty,
-                { $crate::names::attribute::GPU_MEMORY_IMBALANCE } = $crate::__private::Empty,
-                { $crate::names::attribute::GPU_PROCESS_MEMORY_START } = $crate::__private::Empty,
-                { $crate::names::attribute::GPU_PROCESS_MEMORY_END } = $crate::__private::Empty,
-                { $crate::names::attribute::GPU_PROCESS_MEMORY_PEAK } = $crate::__private::Empty,
-                { $crate::names::attribute::GPU_ALLOCATOR_ALLOCATED_PEAK } = $crate::__private::Empty,
-                { $crate::names::attribute::GPU_ALLOCATOR_RESERVED_PEAK } = $crate::__private::Empty,
-                { $crate::names::attribute::PROCESS_MEMORY_START } = $crate::__private::Empty,
-                { $crate::names::attribute::PROCESS_MEMORY_END } = $crate::__private::Empty,
-                { $crate::names::attribute::PROCESS_MEMORY_PEAK } = $crate::__private::Empty,
+                gpu.memory.start = $crate::__private::Empty,
+                gpu.memory.end = $crate::__private::Empty,
+                gpu.memory.peak = $crate::__private::Empty,
+                gpu.memory.delta = $crate::__private::Empty,
+                gpu.memory.imbalance = $crate::__private::Empty,
+                gpu.process.memory.start = $crate::__private::Empty,
+                gpu.process.memory.end = $crate::__private::Empty,
+                gpu.process.memory.peak = $crate::__private::Empty,
+                gpu.allocator.allocated.peak = $crate::__private::Empty,
+                gpu.allocator.reserved.peak = $crate::__private::Empty,
+                process.memory.start = $crate::__private::Empty,
+                process.memory.end = $crate::__private::Empty,
+                process.memory.peak = $crate::__private::Empty,
                 $($($fields)*)?
             ),
             &FIELDS,

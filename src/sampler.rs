@@ -47,6 +47,7 @@ pub(crate) struct Shared {
     devices: Vec<Device>,
     /// `gpu.<i>.memory.start` / `.end` / `.peak` of every device, made once.
     device_keys: Vec<[opentelemetry::Key; 3]>,
+    device_indices: Vec<u32>,
     latest: Box<[AtomicU64]>,
     totals: Box<[AtomicU64]>,
     /// `f64` bits; `ABSENT` when not measured.
@@ -70,12 +71,11 @@ pub(crate) struct Shared {
 /// string would cost two atomic operations per key per span).
 fn device_keys(index: u32) -> [&'static str; 3] {
     static KEYS: Mutex<Vec<(u32, [&'static str; 3])>> = Mutex::new(Vec::new());
-    let mut keys = KEYS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut keys = lock(&KEYS);
     if let Some((_, made)) = keys.iter().find(|(i, _)| *i == index) {
         return *made;
     }
-    let made = ["start", "end", "peak"]
-        .map(|end| &*Box::leak(format!("gpu.{index}.memory.{end}").into_boxed_str()));
+    let made = crate::figures::device_keys(index).map(|key| &*Box::leak(key.into_boxed_str()));
     keys.push((index, made));
     made
 }
@@ -194,6 +194,7 @@ impl Shared {
             .collect();
         Self {
             source_name: source_name.into(),
+            device_indices: devices.iter().map(|d| d.index).collect(),
             device_keys,
             latest: atomics(figure::DEVICE0 + n),
             totals: atomics(n),
@@ -223,6 +224,11 @@ impl Shared {
     /// Devices in scope, in reading order.
     pub(crate) fn devices(&self) -> &[Device] {
         &self.devices
+    }
+
+    /// The NVML index of every device in scope, in reading order.
+    pub(crate) fn device_indices(&self) -> &[u32] {
+        &self.device_indices
     }
 
     /// The attribute keys of every device in scope: start, end, peak.

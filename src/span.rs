@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use tracing::field::{Field, Value};
 use tracing::span::EnteredSpan;
 
-use crate::figures::{DeviceTriple, Number, SpanFigures, Triple, TRACED};
+use crate::figures::{Number, SpanFigures, Triple, TRACED};
 use crate::layer::{current, LayerState};
 use crate::sampler::{figure, Shared, Watermark};
 
@@ -155,30 +155,24 @@ fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
     let triple = |figure: usize| {
         let (start, end) = (watermark.start(figure)?, shared.latest(figure)?);
         let peak = watermark.peak(figure).unwrap_or(start).max(start).max(end);
-        Some(Triple { start, end, peak })
+        Some(Triple::whole(start, end, peak))
     };
     // Sums whose start and end cover different devices (one fell off meanwhile) would
     // read as memory freed or taken: leave them out.
     let same_devices = watermark.start_failing() == shared.failing();
-    let sum = |figure: usize| triple(figure).filter(|_| same_devices);
+    let sum = |figure: usize| triple(figure).filter(|_| same_devices).unwrap_or_default();
     let devices = if shared.devices().len() > 1 {
         (0..shared.devices().len())
             .map(|i| {
                 let figure = figure::DEVICE0 + i;
-                match triple(figure) {
-                    Some(t) => DeviceTriple {
-                        start: Some(t.start),
-                        end: Some(t.end),
-                        peak: Some(t.peak),
-                    },
-                    None => DeviceTriple {
-                        start: watermark.start(figure),
-                        end: None,
-                        peak: watermark
-                            .start(figure)
-                            .map(|start| watermark.peak(figure).unwrap_or(start).max(start)),
-                    },
-                }
+                // A device lost meanwhile keeps its start and the peak it reached.
+                triple(figure).unwrap_or_else(|| Triple {
+                    start: watermark.start(figure),
+                    end: None,
+                    peak: watermark
+                        .start(figure)
+                        .map(|start| watermark.peak(figure).unwrap_or(start).max(start)),
+                })
             })
             .collect()
     } else {
@@ -193,11 +187,12 @@ fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
     SpanFigures {
         gpu: sum(figure::GPU_USED),
         process_gpu: sum(figure::PROCESS_GPU),
-        host: triple(figure::HOST_RSS),
+        host: triple(figure::HOST_RSS).unwrap_or_default(),
         allocated_peak: watermark.peak(figure::ALLOCATED),
         reserved_peak: watermark.peak(figure::RESERVED),
         devices,
-        samples: watermark.samples(),
+        samples: Some(watermark.samples()),
+        resolution_ns: None,
         error,
     }
 }

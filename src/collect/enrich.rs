@@ -6,12 +6,11 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
+use crate::figures::{device_keys, Number, SpanFigures, Triple, TRACED};
+use crate::names::attribute as attr;
 use crate::timeline::store::WindowMax;
 
 use super::timeline::Timelines;
-
-/// Attribute naming the width, in nanoseconds, that the memory figures stand for.
-pub const RESOLUTION_ATTRIBUTE: &str = "gpu.memory.resolution";
 
 /// What enrichment did to a batch.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -32,23 +31,28 @@ pub(crate) struct Enricher {
     device_keys: Vec<[String; 3]>,
 }
 
-fn int(key: &str, value: u64) -> KeyValue {
+/// A figure as an OTLP attribute.
+fn key_value(key: &str, value: Value) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
-        value: Some(AnyValue {
-            value: Some(Value::IntValue(i64::try_from(value).unwrap_or(i64::MAX))),
-        }),
+        value: Some(AnyValue { value: Some(value) }),
         ..Default::default()
     }
 }
 
-fn delta(key: &str, start: u64, end: u64) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue {
-            value: Some(Value::IntValue((end as i128 - start as i128) as i64)),
-        }),
-        ..Default::default()
+fn number(value: Number) -> Value {
+    match value {
+        Number::Int(v) => Value::IntValue(v),
+        Number::Float(v) => Value::DoubleValue(v),
+    }
+}
+
+/// Start, end and peak of series `i` of a window, each where known.
+fn triple(window: &WindowMax, i: usize) -> Triple {
+    Triple {
+        start: window.start.as_ref().and_then(|s| s[i]),
+        end: window.end.as_ref().and_then(|s| s[i]),
+        peak: window.peak[i],
     }
 }
 
@@ -66,10 +70,7 @@ pub(crate) fn int_attribute(attributes: &[KeyValue], key: &str) -> Option<i64> {
 impl Enricher {
     pub(crate) fn new(source: &str, device_indexes: &[u32]) -> Self {
         let device_keys = if device_indexes.len() > 1 {
-            device_indexes
-                .iter()
-                .map(|i| ["start", "end", "peak"].map(|e| format!("gpu.{i}.memory.{e}")))
-                .collect()
+            device_indexes.iter().map(|&i| device_keys(i)).collect()
         } else {
             Vec::new()
         };
@@ -90,7 +91,7 @@ impl Enricher {
             let pid = resource_spans
                 .resource
                 .as_ref()
-                .and_then(|r| int_attribute(&r.attributes, "process.pid"))
+                .and_then(|r| int_attribute(&r.attributes, attr::PROCESS_PID))
                 .and_then(|p| u32::try_from(p).ok());
             for scope in &mut resource_spans.scope_spans {
                 for span in &mut scope.spans {
@@ -112,7 +113,7 @@ impl Enricher {
         if span
             .attributes
             .iter()
-            .any(|kv| kv.key.starts_with("gpu.memory."))
+            .any(|kv| kv.key.starts_with(attr::GPU_MEMORY_PREFIX))
         {
             counts.passed += 1;
             return;
@@ -127,82 +128,38 @@ impl Enricher {
             return;
         };
         counts.enriched += 1;
-        let out = &mut span.attributes;
+        // The figures the macros would have measured, from the timeline's window.
         let n = timelines.device_indexes.len();
-        // Every figure of every device, plus the sums and the process: one allocation.
-        out.reserve(3 * self.device_keys.len() + 12);
-        if n > 0 {
-            self.figures(
-                out,
-                &window,
-                n,
-                ["gpu.memory.start", "gpu.memory.end", "gpu.memory.peak"],
-            );
-            if let (Some(Some(s)), Some(Some(e))) = (
-                window.start.as_ref().map(|v| v[n]),
-                window.end.as_ref().map(|v| v[n]),
-            ) {
-                out.push(delta("gpu.memory.delta", s, e));
+        let figures = SpanFigures {
+            gpu: triple(&window, n),
+            devices: if n > 1 {
+                (0..n).map(|i| triple(&window, i)).collect()
+            } else {
+                Vec::new()
+            },
+            process_gpu: pid
+                .and_then(|pid| timelines.process_window(pid, start, end))
+                .map(|process| triple(&process, 0))
+                .unwrap_or_default(),
+            samples: window.samples,
+            resolution_ns: Some(window.resolution_ns),
+            ..SpanFigures::default()
+        };
+        let out = &mut span.attributes;
+        out.reserve(TRACED.len() + 3 + 3 * self.device_keys.len());
+        out.extend(
+            figures
+                .numbers()
+                .map(|(key, value)| key_value(key, number(value))),
+        );
+        out.push(key_value(
+            attr::GPU_MEMORY_SOURCE,
+            Value::StringValue(self.source.clone()),
+        ));
+        for (device, figure, value) in figures.device_numbers() {
+            if let Some(keys) = self.device_keys.get(device) {
+                out.push(key_value(&keys[figure], Value::IntValue(value)));
             }
-            for (i, keys) in self.device_keys.iter().enumerate() {
-                let keys = [keys[0].as_str(), keys[1].as_str(), keys[2].as_str()];
-                self.figures(out, &window, i, keys);
-            }
-            if n > 1 {
-                let peaks: Vec<u64> = window.peak[..n].iter().flatten().copied().collect();
-                if peaks.len() == n {
-                    let (min, max) = (peaks.iter().min(), peaks.iter().max());
-                    if let (Some(&min), Some(&max)) = (min, max) {
-                        if max > 0 {
-                            out.push(KeyValue {
-                                key: "gpu.memory.imbalance".into(),
-                                value: Some(AnyValue {
-                                    value: Some(Value::DoubleValue(
-                                        (max - min) as f64 / max as f64,
-                                    )),
-                                }),
-                                ..Default::default()
-                            });
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(samples) = window.samples {
-            out.push(int("gpu.memory.samples", samples));
-        }
-        out.push(int(RESOLUTION_ATTRIBUTE, window.resolution_ns));
-        out.push(KeyValue {
-            key: "gpu.memory.source".into(),
-            value: Some(AnyValue {
-                value: Some(Value::StringValue(self.source.clone())),
-            }),
-            ..Default::default()
-        });
-        if let Some(process) = pid.and_then(|pid| timelines.process_window(pid, start, end)) {
-            self.figures(
-                out,
-                &process,
-                0,
-                [
-                    "gpu.process.memory.start",
-                    "gpu.process.memory.end",
-                    "gpu.process.memory.peak",
-                ],
-            );
-        }
-    }
-
-    /// Start, end and peak of series `i`, each only where known.
-    fn figures(&self, out: &mut Vec<KeyValue>, window: &WindowMax, i: usize, keys: [&str; 3]) {
-        if let Some(Some(v)) = window.start.as_ref().map(|s| s[i]) {
-            out.push(int(keys[0], v));
-        }
-        if let Some(Some(v)) = window.end.as_ref().map(|s| s[i]) {
-            out.push(int(keys[1], v));
-        }
-        if let Some(v) = window.peak[i] {
-            out.push(int(keys[2], v));
         }
     }
 }

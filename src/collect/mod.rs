@@ -34,7 +34,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-pub use enrich::RESOLUTION_ATTRIBUTE;
 pub use run::{run, RunOutcome};
 
 use crate::config::{self, CodeSettings};

@@ -509,8 +509,11 @@ impl<E: SpanExporter + 'static> Worker<E> {
                 figures.reserved_peak = None;
             }
             if let Some(record) = &mut record {
-                let indices = self.shared.devices().iter().map(|d| d.index);
-                figures.offer_to(record, self.shared.source_name(), indices);
+                figures.offer_to(
+                    record,
+                    self.shared.source_name(),
+                    self.shared.device_indices(),
+                );
             }
             // A new list made here: growing the one the training thread allocated would
             // take that thread's allocator lock from this one; the old one goes back there.

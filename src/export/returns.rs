@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use opentelemetry::KeyValue;
 
-use crate::figures::DeviceTriple;
+use crate::figures::Triple;
 
 /// A list allocated where spans end, emptied on the export thread.
 #[derive(Debug)]
@@ -26,7 +26,7 @@ use crate::figures::DeviceTriple;
 )]
 pub(crate) enum Returned {
     Attributes(Vec<KeyValue>),
-    Devices(Vec<DeviceTriple>),
+    Devices(Vec<Triple>),
 }
 
 /// Lists waiting to be freed; more than this and the export thread frees them itself.

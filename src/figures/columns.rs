@@ -6,7 +6,7 @@
 use opentelemetry::Value;
 
 use super::read::Slot;
-use super::{delta, int, SpanFigures, Triple};
+use super::{int, SpanFigures, Triple};
 use crate::names::attribute as attr;
 
 /// A figure's value on the wire: byte counts are integers, ratios floats.
@@ -51,14 +51,17 @@ const fn column(key: &'static str, read: fn(&SpanFigures) -> Option<Number>, slo
     }
 }
 
-fn start(t: Option<Triple>) -> Option<Number> {
-    t.map(|t| Number::Int(int(t.start)))
+fn bytes(value: Option<u64>) -> Option<Number> {
+    value.map(|v| Number::Int(int(v)))
 }
-fn end(t: Option<Triple>) -> Option<Number> {
-    t.map(|t| Number::Int(int(t.end)))
+fn start(t: Triple) -> Option<Number> {
+    bytes(t.start)
 }
-fn peak(t: Option<Triple>) -> Option<Number> {
-    t.map(|t| Number::Int(int(t.peak)))
+fn end(t: Triple) -> Option<Number> {
+    bytes(t.end)
+}
+fn peak(t: Triple) -> Option<Number> {
+    bytes(t.peak)
 }
 
 /// Every figure a memory span carries as a tracing field, in the macros' order.
@@ -68,7 +71,7 @@ pub(crate) const TRACED: [Column; 13] = [
     column(attr::GPU_MEMORY_PEAK, |f| peak(f.gpu), Slot::GpuPeak),
     Column {
         key: attr::GPU_MEMORY_DELTA,
-        read: |f| f.gpu.map(|t| Number::Int(delta(t))),
+        read: |f| f.gpu.delta().map(Number::Int),
         slot: None,
     },
     Column {
@@ -93,12 +96,12 @@ pub(crate) const TRACED: [Column; 13] = [
     ),
     column(
         attr::GPU_ALLOCATOR_ALLOCATED_PEAK,
-        |f| f.allocated_peak.map(|v| Number::Int(int(v))),
+        |f| bytes(f.allocated_peak),
         Slot::AllocatedPeak,
     ),
     column(
         attr::GPU_ALLOCATOR_RESERVED_PEAK,
-        |f| f.reserved_peak.map(|v| Number::Int(int(v))),
+        |f| bytes(f.reserved_peak),
         Slot::ReservedPeak,
     ),
     column(
@@ -109,3 +112,22 @@ pub(crate) const TRACED: [Column; 13] = [
     column(attr::PROCESS_MEMORY_END, |f| end(f.host), Slot::HostEnd),
     column(attr::PROCESS_MEMORY_PEAK, |f| peak(f.host), Slot::HostPeak),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::TRACED;
+
+    /// The macros spell their fields out (see `__memory_span!`): they must be the table's
+    /// keys, in its order, or the guard would find no fields to record into.
+    #[test]
+    fn the_macros_declare_every_row_of_the_table_in_its_order() {
+        let span = crate::__memory_span!("probe");
+        let fields: Vec<&str> = span
+            .span()
+            .metadata()
+            .map(|m| m.fields().iter().map(|f| f.name()).collect())
+            .unwrap_or_default();
+        let keys: Vec<&str> = TRACED.iter().map(|c| c.key).collect();
+        assert_eq!(fields, keys);
+    }
+}

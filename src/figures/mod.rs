@@ -2,9 +2,10 @@
 //! ([`columns`]): which key each figure is written under, as a tracing field, as an OTel
 //! attribute, and where it lands when a span is read back into a [`SpanRecord`].
 //!
-//! The macros' spans, `gpuspan collect`'s enriched spans and the run directory's reader all
-//! go through this table, so a key is spelled once ([`crate::names`]) and a figure is
-//! converted to a wire value once ([`int`]).
+//! The macros' spans (from the sampler's atomics), `gpuspan collect`'s enriched spans (from
+//! its timeline's window) and the run directory's reader all go through this table, so a
+//! key is spelled once ([`crate::names`]) and a figure is converted to a wire value once
+//! ([`int`]).
 //!
 //! [`SpanRecord`]: crate::record::SpanRecord
 
@@ -18,44 +19,62 @@ use opentelemetry::{Key, KeyValue, Value};
 
 use crate::names::attribute as attr;
 
-/// Start, end and peak of one figure over a span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Triple {
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) peak: u64,
-}
-
-/// One device's figures over a span; a device lost meanwhile has no end.
+/// Start, end and peak of one figure over a span, each where it was measured: a sum over
+/// the devices has all three or none; a device lost meanwhile has no end; a window older
+/// than the collector's full resolution has a peak only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct DeviceTriple {
+pub(crate) struct Triple {
     pub(crate) start: Option<u64>,
     pub(crate) end: Option<u64>,
     pub(crate) peak: Option<u64>,
 }
 
+impl Triple {
+    /// All three figures.
+    pub(crate) fn whole(start: u64, end: u64, peak: u64) -> Self {
+        Self {
+            start: Some(start),
+            end: Some(end),
+            peak: Some(peak),
+        }
+    }
+
+    /// End minus start, as a signed byte count.
+    fn delta(&self) -> Option<i64> {
+        Some(int(self.end?).saturating_sub(int(self.start?)))
+    }
+
+    /// There at the start and gone at the end.
+    fn lost(&self) -> bool {
+        self.start.is_some() && self.end.is_none()
+    }
+}
+
 /// A closed span's memory, typed: `None` is "not measured", never zero. Made on the
-/// training thread from the sampler's atomics (or by `gpuspan collect` from its timeline);
-/// turned into OTel attributes off the training thread by [`SpanFigures::attributes`].
+/// training thread from the sampler's atomics (or by `gpuspan collect` from a timeline);
+/// turned into attributes off the training thread, from the attribute table.
 #[derive(Debug, Default)]
 pub(crate) struct SpanFigures {
-    pub(crate) gpu: Option<Triple>,
-    pub(crate) process_gpu: Option<Triple>,
-    pub(crate) host: Option<Triple>,
+    pub(crate) gpu: Triple,
+    pub(crate) process_gpu: Triple,
+    pub(crate) host: Triple,
     pub(crate) allocated_peak: Option<u64>,
     pub(crate) reserved_peak: Option<u64>,
     /// Per device, only with more than one device in scope.
-    pub(crate) devices: Vec<DeviceTriple>,
-    pub(crate) samples: u64,
+    pub(crate) devices: Vec<Triple>,
+    pub(crate) samples: Option<u64>,
+    /// The width, in nanoseconds, each figure stands for, where it is not one sampling
+    /// interval of this process's own sampler (`gpuspan collect`'s coarse levels).
+    pub(crate) resolution_ns: Option<u64>,
     /// Why the span failed: devices lost while it was open, or a panic.
     pub(crate) error: Option<String>,
 }
 
 impl SpanFigures {
-    /// `gpu.memory.imbalance`: (max - min) / max of the device peaks, when every one of
-    /// at least two devices has a peak and an end.
+    /// `gpu.memory.imbalance`: (max - min) / max of the device peaks, when at least two
+    /// devices all have a peak and none was lost while the span was open.
     pub(crate) fn imbalance(&self) -> Option<f64> {
-        if self.devices.len() < 2 {
+        if self.devices.len() < 2 || self.devices.iter().any(Triple::lost) {
             return None;
         }
         let mut peaks = self.devices.iter().map(|d| d.peak);
@@ -66,33 +85,51 @@ impl SpanFigures {
             low = low.min(peak);
             high = high.max(peak);
         }
-        if self.devices.iter().any(|d| d.end.is_none()) || high == 0 {
-            return None;
-        }
-        Some((high - low) as f64 / high as f64)
+        (high > 0).then(|| (high - low) as f64 / high as f64)
     }
 
-    /// The OTel attributes: every column of the table, then the source, the sample count
-    /// and the per-device figures (`device_keys[i]` = start, end and peak keys of device i).
+    /// Every numeric attribute but the per-device ones, in the table's order, then the
+    /// sample count and the resolution.
+    pub(crate) fn numbers(&self) -> impl Iterator<Item = (&'static str, Number)> + '_ {
+        let extra = [
+            (attr::GPU_MEMORY_SAMPLES, self.samples),
+            (attr::GPU_MEMORY_RESOLUTION, self.resolution_ns),
+        ];
+        TRACED
+            .iter()
+            .filter_map(|column| Some((column.key, (column.read)(self)?)))
+            .chain(
+                extra
+                    .into_iter()
+                    .filter_map(|(key, v)| Some((key, Number::Int(int(v?))))),
+            )
+    }
+
+    /// The per-device figures that were measured: (position in `devices`, 0 = start,
+    /// 1 = end, 2 = peak, value).
+    pub(crate) fn device_numbers(&self) -> impl Iterator<Item = (usize, usize, i64)> + '_ {
+        self.devices.iter().enumerate().flat_map(|(i, d)| {
+            [d.start, d.end, d.peak]
+                .into_iter()
+                .enumerate()
+                .filter_map(move |(figure, v)| Some((i, figure, int(v?))))
+        })
+    }
+
+    /// The OTel attributes: [`numbers`](Self::numbers), the source, then the per-device
+    /// figures (`device_keys[i]` = start, end and peak keys of device i).
     pub(crate) fn attributes(
         &self,
         source: Value,
         device_keys: &[[Key; 3]],
         out: &mut Vec<KeyValue>,
     ) {
-        out.reserve(TRACED.len() + 2 + self.devices.len() * 3);
-        for column in &TRACED {
-            if let Some(number) = (column.read)(self) {
-                out.push(KeyValue::new(column.key, number.value()));
-            }
-        }
+        out.reserve(TRACED.len() + 3 + self.devices.len() * 3);
+        out.extend(self.numbers().map(|(key, n)| KeyValue::new(key, n.value())));
         out.push(KeyValue::new(attr::GPU_MEMORY_SOURCE, source));
-        out.push(KeyValue::new(attr::GPU_MEMORY_SAMPLES, int(self.samples)));
-        for (device, keys) in self.devices.iter().zip(device_keys) {
-            for (key, value) in keys.iter().zip([device.start, device.end, device.peak]) {
-                if let Some(value) = value {
-                    out.push(KeyValue::new(key.clone(), int(value)));
-                }
+        for (device, figure, value) in self.device_numbers() {
+            if let Some(keys) = device_keys.get(device) {
+                out.push(KeyValue::new(keys[figure].clone(), value));
             }
         }
     }
@@ -100,42 +137,33 @@ impl SpanFigures {
     /// Offers the figures to a record being read from the span's own attributes, exactly
     /// as reading the span again after [`SpanFigures::attributes`] would (a test checks
     /// both ways agree): the export thread then never parses its own keys back.
-    pub(crate) fn offer_to(
-        &self,
-        record: &mut RecordBuilder,
-        source: &str,
-        device_indices: impl Iterator<Item = u32>,
-    ) {
+    pub(crate) fn offer_to(&self, record: &mut RecordBuilder, source: &str, indices: &[u32]) {
         for column in &TRACED {
             if let (Some(slot), Some(Number::Int(value))) = (column.slot, (column.read)(self)) {
                 record.offer(slot, value);
             }
         }
+        if let Some(samples) = self.samples {
+            record.offer(read::Slot::Samples, int(samples));
+        }
         record.offer_source(source);
-        record.offer(read::Slot::Samples, int(self.samples));
-        for (index, device) in device_indices.zip(&self.devices) {
-            for (figure, value) in [
-                (read::DeviceFigure::Start, device.start),
-                (read::DeviceFigure::End, device.end),
-                (read::DeviceFigure::Peak, device.peak),
-            ] {
-                if let Some(value) = value {
-                    record.offer_device(index, figure, int(value));
-                }
+        for (device, figure, value) in self.device_numbers() {
+            if let Some(&index) = indices.get(device) {
+                record.offer_device(index, read::DeviceFigure::ALL[figure], value);
             }
         }
     }
+}
+
+/// `gpu.<index>.memory.start`, `.end` and `.peak`: the keys of one device's figures.
+pub(crate) fn device_keys(index: u32) -> [String; 3] {
+    ["start", "end", "peak"].map(|figure| format!("gpu.{index}.memory.{figure}"))
 }
 
 /// A byte count as an OTel integer: i64, saturating (tracing-opentelemetry would turn a
 /// u64 into a string). The one conversion from a reading to a wire value.
 pub(crate) fn int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// End minus start, as a signed byte count.
-pub(crate) fn delta(t: Triple) -> i64 {
-    int(t.end).saturating_sub(int(t.start))
 }
 
 #[cfg(test)]
@@ -146,7 +174,7 @@ mod tests {
     use opentelemetry::{InstrumentationScope, Key, KeyValue};
     use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
-    use super::{DeviceTriple, RecordBuilder, SpanFigures, Triple};
+    use super::{RecordBuilder, SpanFigures, Triple};
     use crate::record::SpanRecord;
 
     /// NVML indices 1, 3, 5...: not their positions, as with `CUDA_VISIBLE_DEVICES`.
@@ -185,12 +213,8 @@ mod tests {
         }
     }
 
-    fn triple(base: u64) -> Option<Triple> {
-        Some(Triple {
-            start: base,
-            end: base.saturating_add(7),
-            peak: base.saturating_add(100),
-        })
+    fn triple(base: u64) -> Triple {
+        Triple::whole(base, base.saturating_add(7), base.saturating_add(100))
     }
 
     /// The record the export thread completes from the figures is the record read back
@@ -212,18 +236,23 @@ mod tests {
                 let n = if devices > 1 { devices as usize } else { 0 };
                 let mut figures = SpanFigures {
                     gpu: triple(1_000),
-                    process_gpu: triple(500).filter(|_| variant != 1),
+                    process_gpu: if variant == 1 {
+                        Triple::default()
+                    } else {
+                        triple(500)
+                    },
                     host: triple(u64::MAX - 5),
                     allocated_peak: (variant == 2).then_some(42),
                     reserved_peak: (variant >= 2).then_some(84),
                     devices: (0..n)
-                        .map(|i| DeviceTriple {
+                        .map(|i| Triple {
                             start: Some(10 * i as u64),
                             end: (variant != 3 || i != 1).then_some(10 * i as u64 + 3),
                             peak: Some(10 * i as u64 + 9),
                         })
                         .collect(),
-                    samples: 17,
+                    samples: Some(17),
+                    resolution_ns: None,
                     error: (variant == 4).then(|| "device 1 was lost".to_owned()),
                 };
                 // The program recorded its own allocator peak on the span.
@@ -235,7 +264,7 @@ mod tests {
                 };
                 let mut exported = span("step", own(extra.clone()));
                 let mut completed = RecordBuilder::from_span_data(&exported);
-                figures.offer_to(&mut completed, "nvml", indices.iter().copied());
+                figures.offer_to(&mut completed, "nvml", &indices);
                 let mut ours = Vec::new();
                 figures.attributes("nvml".into(), &keys(&indices), &mut ours);
                 exported.attributes.extend(ours);

@@ -47,6 +47,11 @@ pub(crate) enum DeviceFigure {
     End,
 }
 
+impl DeviceFigure {
+    /// In the order of [`device_keys`](super::device_keys): start, end, peak.
+    pub(crate) const ALL: [Self; 3] = [Self::Start, Self::End, Self::Peak];
+}
+
 /// The slot of an integer key, from the attribute table and the span's own indices.
 fn slot_of(key: &str) -> Option<Slot> {
     if let Some(column) = TRACED.iter().find(|c| c.key == key) {

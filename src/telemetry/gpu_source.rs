@@ -2,10 +2,10 @@
 //! warning. Never host memory under a GPU name.
 
 use crate::config::Settings;
-use crate::source::MemorySource;
 #[cfg(feature = "nvml")]
 use crate::source::nvml;
 use crate::source::smi;
+use crate::source::MemorySource;
 
 /// Opens the best source the machine has; `None` (with a warning) when there is none.
 pub(crate) fn open_gpu_source(settings: &Settings) -> Option<Box<dyn MemorySource>> {

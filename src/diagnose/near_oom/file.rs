@@ -129,7 +129,6 @@ pub(super) struct DeviceColumn<'a> {
     pub(super) limit: Option<u64>,
 }
 
-
 pub(super) fn write_jobs(jobs: &Receiver<Job>) {
     for job in jobs {
         match write_job(&job) {

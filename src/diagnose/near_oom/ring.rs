@@ -114,7 +114,6 @@ impl Snapshot {
     }
 }
 
-
 /// When the rise to the crossing began: the first tick after the device last stood within
 /// a tenth of the way from the ring's lowest figure to the latest one, with that low
 /// figure.
