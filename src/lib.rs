@@ -93,7 +93,8 @@ pub use config::{Compression, Exporter, InvalidValue, Protocol, DEFAULT_SAMPLE_I
 #[doc(hidden)]
 pub mod settings {
     pub use crate::config::parse::{boolean, duration, fraction, listen_addr};
-    pub use crate::config::{setting, settings, Setting, Vars};
+    pub use crate::config::{Setting, Vars};
+    pub use crate::telemetry::{setting, settings};
 }
 pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};

@@ -45,7 +45,7 @@ pub enum Compression {
 /// What [`Exporter`] parses; the first three are the OpenTelemetry names.
 pub(crate) const EXPORTERS: &str = "otlp, console or none, or run_dir for the run directory";
 /// What [`Protocol`] parses.
-pub(crate) const PROTOCOLS: &str = "grpc or http/protobuf";
+pub(crate) const PROTOCOLS: &str = "grpc or http/protobuf (http for short)";
 /// What [`Compression`] parses.
 pub(crate) const COMPRESSIONS: &str = "gzip or none";
 
@@ -100,14 +100,15 @@ impl FromStr for Exporter {
     }
 }
 
-/// `grpc` or `http/protobuf` (surrounding blanks ignored); `http/json` is refused by name.
+/// `grpc` or `http/protobuf` (`http` for short; surrounding blanks ignored); `http/json`
+/// is refused by name.
 impl FromStr for Protocol {
     type Err = InvalidValue;
 
     fn from_str(text: &str) -> Result<Self, InvalidValue> {
         match text.trim() {
             "grpc" => Ok(Protocol::Grpc),
-            "http/protobuf" => Ok(Protocol::HttpProtobuf),
+            "http/protobuf" | "http" => Ok(Protocol::HttpProtobuf),
             "http/json" => Err(InvalidValue::new(
                 text,
                 "grpc or http/protobuf (http/json is not supported)",
@@ -160,9 +161,10 @@ mod tests {
 
     #[test]
     fn a_wrong_spelling_says_the_accepted_ones() {
-        let error = "http".parse::<Protocol>().unwrap_err().to_string();
+        assert_eq!(" http ".parse(), Ok(Protocol::HttpProtobuf));
+        let error = "https".parse::<Protocol>().unwrap_err().to_string();
         assert!(
-            error.contains("\"http\"") && error.contains(PROTOCOLS),
+            error.contains("\"https\"") && error.contains(PROTOCOLS),
             "{error}"
         );
         let error = "file".parse::<Exporter>().unwrap_err().to_string();

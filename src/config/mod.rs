@@ -28,7 +28,8 @@ pub use kinds::{Compression, Exporter, Protocol};
 use layered::{first_var, layered, Env};
 pub(crate) use sampling::Sampling;
 pub(crate) use table::Signal;
-pub use table::{setting, settings, Setting, Vars};
+pub(crate) use table::ROWS;
+pub use table::{Setting, Vars};
 
 /// Default sampling interval: 5 ms. A spike of 10 ms (two intervals) is always seen, a
 /// 200 ms step gets about 40 readings, and the sampler stays under 1% of a core (0.6% with 8

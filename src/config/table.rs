@@ -1,7 +1,7 @@
 //! The settings table: one row per setting, with its name, the builder setter that sets it
 //! in code, the variables that set it from the environment (in precedence order), what
 //! its grammar accepts and its default. Diagnosis and the report's pictures keep their
-//! rows next to their code; [`settings`] lists them all, for the Python keywords, the
+//! rows next to their code; `telemetry::settings` lists them all, for the Python keywords, the
 //! README and the tests that keep those surfaces in step.
 
 use std::net::SocketAddr;
@@ -142,19 +142,9 @@ impl<T> Row<T> {
     }
 }
 
-/// Every setting: the rows here, then the pictures' and diagnosis'.
-pub fn settings() -> impl Iterator<Item = &'static Setting> {
-    ROWS.iter()
-        .chain(crate::report::setup::ROWS)
-        .chain(crate::diagnose::settings::ROWS)
-}
-
-/// The setting named `name` (its Python keyword).
-pub fn setting(name: &str) -> Option<&'static Setting> {
-    settings().find(|s| s.name == name)
-}
-
-const ROWS: &[Setting] = &[
+/// The rows of the settings this module resolves; diagnosis and the pictures keep theirs
+/// next to their code, and `telemetry::settings` lists all of them.
+pub(crate) const ROWS: &[Setting] = &[
     DISABLED.setting,
     SERVICE_NAME.setting,
     RESOURCE_ATTRIBUTES.setting,
@@ -377,7 +367,9 @@ mod tests {
 
     #[test]
     fn every_gpuspan_and_otel_variable_read_is_in_one_row() {
-        let in_rows: Vec<&str> = settings().flat_map(|s| s.vars.names()).collect();
+        let in_rows: Vec<&str> = crate::telemetry::settings()
+            .flat_map(|s| s.vars.names())
+            .collect();
         for var in ALL
             .iter()
             .filter(|v| v.starts_with("GPUSPAN_") || v.starts_with("OTEL_"))
@@ -412,7 +404,9 @@ mod tests {
 
     #[test]
     fn a_switch_takes_the_same_words_in_every_row() {
-        let rows = settings().filter(|s| s.expected == BOOLEAN).count();
+        let rows = crate::telemetry::settings()
+            .filter(|s| s.expected == BOOLEAN)
+            .count();
         assert!(rows >= 6, "{rows} switches");
         for (text, value) in [("on", true), ("TRUE", true), ("no", false), (" 0 ", false)] {
             assert_eq!(boolean(text), Ok(value), "{text}");

@@ -7,7 +7,6 @@
 //! their own.
 
 mod batch_fit;
-mod builder;
 mod leak;
 mod near_oom;
 mod open_span_layer;
@@ -324,5 +323,3 @@ fn headroom_line(h: &Highest, over: u64) -> String {
     }
     line
 }
-
-pub(crate) use builder::resolve as resolve_settings;

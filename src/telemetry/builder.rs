@@ -21,7 +21,7 @@ pub struct Builder {
     source: Option<Box<dyn MemorySource>>,
     /// Observers of the sampler's ticks (`collect`'s timeline).
     observers: Vec<Box<dyn crate::timeline::TickObserver>>,
-    /// Diagnosis settings, set by the methods in `diagnose::builder`.
+    /// Diagnosis settings, set by the methods in `diagnose_setters.rs`.
     pub(crate) diagnose: crate::diagnose::settings::DiagnoseCode,
     /// Timeline file and TensorBoard switches (resolved in `report::setup`).
     pictures: crate::report::setup::PictureCode,
@@ -232,7 +232,7 @@ impl Builder {
     /// See [`InitError`].
     pub fn build(self) -> Result<Telemetry, InitError> {
         let settings = config::resolve(&self.code)?;
-        let diagnose = crate::diagnose::resolve_settings(&self.diagnose)?;
+        let diagnose = super::diagnose_setters::resolve(&self.diagnose)?;
         if settings.disabled {
             return Ok(Telemetry { inner: None });
         }

@@ -1,8 +1,10 @@
 //! Setting up and shutting down: `init()`, the [`Telemetry`] guard, and what it holds.
 
 mod builder;
+mod diagnose_setters;
 mod gpu_source;
 mod pipeline;
+mod settings;
 mod shutdown;
 
 use std::io::Write as _;
@@ -17,6 +19,7 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use tracing_subscriber::Layer;
 
 pub use builder::Builder;
+pub use settings::{setting, settings};
 
 use crate::config::{Destination, Settings};
 use crate::error::{InitError, ShutdownError};

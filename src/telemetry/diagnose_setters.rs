@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::settings::{self, MemoryBudget};
-use crate::telemetry::Builder;
+use super::Builder;
+use crate::diagnose::settings::{self, MemoryBudget};
 
 impl Builder {
     /// Memory a span may peak at on each device (else `GPUSPAN_MEMORY_BUDGET`, such as

@@ -1,0 +1,244 @@
+//! What the sampler publishes and every other thread reads: the latest figures, the
+//! totals, the open spans' watermarks and the metric readers' peak windows.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::watermark::{Watermark, Watermarks};
+use super::{figure, raise, reading, ABSENT};
+use crate::source::Device;
+use crate::util::sync::lock;
+
+/// State shared between the sampler thread, open spans and metric callbacks.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Shared with every span's `gpu.memory.source` without a copy.
+    pub(super) source_name: std::sync::Arc<str>,
+    pub(super) devices: Vec<Device>,
+    /// `gpu.<i>.memory.start` / `.end` / `.peak` of every device, made once.
+    pub(super) device_keys: Vec<[opentelemetry::Key; 3]>,
+    pub(super) device_indices: Vec<u32>,
+    pub(super) latest: Box<[AtomicU64]>,
+    pub(super) totals: Box<[AtomicU64]>,
+    /// `f64` bits; `ABSENT` when not measured.
+    pub(super) utilization: Box<[AtomicU64]>,
+    /// Peak windows registered by metric readers: each reader has its own, so a Prometheus
+    /// scrape does not reset the peak an OTLP export is about to report.
+    pub(super) peak_windows: Mutex<Vec<Arc<PeakWindow>>>,
+    /// Bit `i` set: device `i` failed its last read.
+    pub(super) failing: AtomicU64,
+    pub(super) last_errors: Mutex<Vec<Option<String>>>,
+    pub(super) watermarks: Mutex<Watermarks>,
+    /// Spans stop registering watermarks once gpuspan shuts down.
+    pub(super) closed: AtomicBool,
+    pub(super) interval: Duration,
+    pub(super) ticks: AtomicU64,
+    pub(super) max_gap_ns: AtomicU64,
+}
+
+/// `gpu.<index>.memory.start` / `.end` / `.peak`, made once per device index for the life
+/// of the process: static keys cost nothing to copy onto every span and to drop (a shared
+/// string would cost two atomic operations per key per span).
+pub(super) fn device_keys(index: u32) -> [&'static str; 3] {
+    static KEYS: Mutex<Vec<(u32, [&'static str; 3])>> = Mutex::new(Vec::new());
+    let mut keys = lock(&KEYS);
+    if let Some((_, made)) = keys.iter().find(|(i, _)| *i == index) {
+        return *made;
+    }
+    let made = crate::figures::device_keys(index).map(|key| &*Box::leak(key.into_boxed_str()));
+    keys.push((index, made));
+    made
+}
+
+/// A metric reader's `gpu.memory.peak` window: per device, the highest reading since the
+/// reader last collected.
+#[derive(Debug)]
+pub(crate) struct PeakWindow(pub(super) Box<[AtomicU64]>);
+
+/// How the sampler kept up with its schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplerStats {
+    /// Readings taken since the sampler started.
+    pub samples: u64,
+    /// The interval the sampler was asked to keep.
+    pub interval: Duration,
+    /// The longest time between two readings. Above twice the interval, a short spike may
+    /// have been missed (the machine was too busy to run the sampler on time).
+    pub max_gap: Duration,
+}
+
+impl Shared {
+    pub(crate) fn new(source_name: String, devices: Vec<Device>, interval: Duration) -> Self {
+        let n = devices.len();
+        let atomics = |len: usize| (0..len).map(|_| AtomicU64::new(ABSENT)).collect();
+        let device_keys = devices
+            .iter()
+            .map(|device| device_keys(device.index).map(opentelemetry::Key::from_static_str))
+            .collect();
+        Self {
+            source_name: source_name.into(),
+            device_indices: devices.iter().map(|d| d.index).collect(),
+            device_keys,
+            latest: atomics(figure::DEVICE0 + n),
+            totals: atomics(n),
+            utilization: atomics(n),
+            peak_windows: Mutex::new(Vec::new()),
+            failing: AtomicU64::new(0),
+            last_errors: Mutex::new(vec![None; n]),
+            watermarks: Mutex::new(Watermarks::default()),
+            closed: AtomicBool::new(false),
+            devices,
+            interval,
+            ticks: AtomicU64::new(0),
+            max_gap_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// `nvml`, `nvidia-smi`, or `none`.
+    pub(crate) fn source_name(&self) -> &str {
+        &self.source_name
+    }
+
+    /// The source name as an attribute value.
+    pub(crate) fn source_value(&self) -> opentelemetry::Value {
+        opentelemetry::Value::String(std::sync::Arc::clone(&self.source_name).into())
+    }
+
+    /// Devices in scope, in reading order.
+    pub(crate) fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// The NVML index of every device in scope, in reading order.
+    pub(crate) fn device_indices(&self) -> &[u32] {
+        &self.device_indices
+    }
+
+    /// The attribute keys of every device in scope: start, end, peak.
+    pub(crate) fn all_device_keys(&self) -> &[[opentelemetry::Key; 3]] {
+        &self.device_keys
+    }
+
+    /// The latest reading of a figure.
+    pub(crate) fn latest(&self, figure: usize) -> Option<u64> {
+        reading(self.latest[figure].load(Ordering::Relaxed))
+    }
+
+    /// Memory installed on device `i`.
+    pub(crate) fn total(&self, device: usize) -> Option<u64> {
+        reading(self.totals[device].load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn utilization(&self, device: usize) -> Option<f64> {
+        let bits = self.utilization[device].load(Ordering::Relaxed);
+        (bits != ABSENT).then(|| f64::from_bits(bits))
+    }
+
+    /// Registers a metric reader's own peak window, raised at every tick from now on.
+    pub(crate) fn register_peak_window(&self) -> Arc<PeakWindow> {
+        let window = Arc::new(PeakWindow(
+            (0..self.devices.len())
+                .map(|_| AtomicU64::new(ABSENT))
+                .collect(),
+        ));
+        lock(&self.peak_windows).push(Arc::clone(&window));
+        window
+    }
+
+    /// The highest usage of `device` since `window` was last taken, restarting the window
+    /// at the latest reading.
+    pub(crate) fn take_peak(&self, window: &PeakWindow, device: usize) -> Option<u64> {
+        let current = self.latest[figure::DEVICE0 + device].load(Ordering::Relaxed);
+        let peak = window.0[device].swap(current, Ordering::Relaxed);
+        match (peak, current) {
+            (ABSENT, c) => reading(c),
+            (p, ABSENT) => Some(p),
+            (p, c) => Some(p.max(c)),
+        }
+    }
+
+    /// Devices that failed their last read (bit `i`: device `i`).
+    pub(crate) fn failing(&self) -> u64 {
+        self.failing.load(Ordering::Relaxed)
+    }
+
+    /// The last error of each device that failed, as `gpu <index>: <message>`.
+    pub(crate) fn describe_errors(&self, mask: u64) -> String {
+        let errors = lock(&self.last_errors);
+        let mut parts = Vec::new();
+        for (i, device) in self.devices.iter().enumerate().take(64) {
+            if mask & (1 << i) != 0 {
+                let message = errors[i].as_deref().unwrap_or("read failed");
+                parts.push(format!("gpu {}: {message}", device.index));
+            }
+        }
+        parts.join("; ")
+    }
+
+    /// Starts tracking a span: copies the latest figures into a watermark the sampler
+    /// raises at every tick. `None` once gpuspan has shut down (nothing would raise it).
+    pub(crate) fn open_watermark(&self) -> Option<Arc<Watermark>> {
+        if self.closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut watermarks = lock(&self.watermarks);
+        let watermark = watermarks
+            .free
+            .pop()
+            .unwrap_or_else(|| Arc::new(Watermark::new(self.latest.len())));
+        for ((start, peak), latest) in watermark
+            .start
+            .iter()
+            .zip(watermark.peaks.iter())
+            .zip(self.latest.iter())
+        {
+            let value = latest.load(Ordering::Relaxed);
+            start.store(value, Ordering::Relaxed);
+            peak.store(value, Ordering::Relaxed);
+        }
+        watermark
+            .start_failing
+            .store(self.failing.load(Ordering::Relaxed), Ordering::Relaxed);
+        watermark.samples.store(0, Ordering::Relaxed);
+        watermark.errors.store(0, Ordering::Relaxed);
+        watermark.open.store(true, Ordering::Release);
+        watermarks.open.push(Arc::clone(&watermark));
+        Some(watermark)
+    }
+
+    /// Spans opened from now on are not tracked, and open ones are let go.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        let mut watermarks = lock(&self.watermarks);
+        watermarks.open.clear();
+        watermarks.free.clear();
+    }
+
+    /// Stores allocator counters pushed by framework code and raises every open watermark,
+    /// so a value pushed between two ticks is still in the peak.
+    pub(crate) fn record_allocator(&self, allocated: Option<u64>, reserved: Option<u64>) {
+        let pushed = [(figure::ALLOCATED, allocated), (figure::RESERVED, reserved)];
+        for (figure, value) in pushed {
+            if let Some(value) = value {
+                self.latest[figure].store(value.min(ABSENT - 1), Ordering::Relaxed);
+            }
+        }
+        let watermarks = lock(&self.watermarks);
+        for watermark in &watermarks.open {
+            for (figure, value) in pushed {
+                if let Some(value) = value {
+                    raise(&watermark.peaks[figure], value.min(ABSENT - 1));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn stats(&self) -> SamplerStats {
+        SamplerStats {
+            samples: self.ticks.load(Ordering::Relaxed),
+            interval: self.interval,
+            max_gap: Duration::from_nanos(self.max_gap_ns.load(Ordering::Relaxed)),
+        }
+    }
+}

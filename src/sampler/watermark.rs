@@ -1,0 +1,87 @@
+//! A span's watermark: its figures at the start and the highest seen while it is open,
+//! raised by the sampler at every tick; and the list of open ones.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{raise, reading, ABSENT};
+
+/// Open spans' watermarks, and closed ones kept for reuse so that opening a span does not
+/// allocate.
+#[derive(Debug, Default)]
+pub(super) struct Watermarks {
+    pub(super) open: Vec<Arc<Watermark>>,
+    pub(super) free: Vec<Arc<Watermark>>,
+}
+
+/// Most watermarks kept for reuse.
+pub(super) const FREE_WATERMARKS: usize = 256;
+
+/// The figures at a span's start and the highest seen while it is open.
+#[derive(Debug)]
+pub(crate) struct Watermark {
+    pub(super) start: Box<[AtomicU64]>,
+    /// Devices failing when the span opened (bit `i`: device `i`).
+    pub(super) start_failing: AtomicU64,
+    pub(super) peaks: Box<[AtomicU64]>,
+    pub(super) samples: AtomicU64,
+    pub(super) errors: AtomicU64,
+    /// Cleared when the span closes; the sampler then moves it to the free list.
+    pub(super) open: AtomicBool,
+}
+
+impl Watermark {
+    pub(super) fn new(figures: usize) -> Self {
+        let atomics = || (0..figures).map(|_| AtomicU64::new(ABSENT)).collect();
+        Self {
+            start: atomics(),
+            start_failing: AtomicU64::new(0),
+            peaks: atomics(),
+            samples: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            open: AtomicBool::new(false),
+        }
+    }
+
+    /// A figure when the span opened.
+    pub(crate) fn start(&self, figure: usize) -> Option<u64> {
+        reading(self.start[figure].load(Ordering::Relaxed))
+    }
+
+    /// The highest reading of a figure while the span was open (start included).
+    pub(crate) fn peak(&self, figure: usize) -> Option<u64> {
+        reading(self.peaks[figure].load(Ordering::Relaxed))
+    }
+
+    /// Devices failing when the span opened (bit `i`: device `i`).
+    pub(crate) fn start_failing(&self) -> u64 {
+        self.start_failing.load(Ordering::Relaxed)
+    }
+
+    /// Stops raising this watermark; the sampler recycles it.
+    pub(crate) fn close(&self) {
+        self.open.store(false, Ordering::Release);
+    }
+
+    /// Sampler ticks taken while the span was open.
+    pub(crate) fn samples(&self) -> u64 {
+        self.samples.load(Ordering::Relaxed)
+    }
+
+    /// Bit `i` set: device `i` failed a read while the span was open.
+    pub(crate) fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn raise(&self, figures: &[u64], failing: u64) {
+        for (peak, &value) in self.peaks.iter().zip(figures) {
+            if value != ABSENT {
+                raise(peak, value);
+            }
+        }
+        self.samples.fetch_add(1, Ordering::Relaxed);
+        if failing != 0 {
+            self.errors.fetch_or(failing, Ordering::Relaxed);
+        }
+    }
+}
