@@ -86,7 +86,8 @@ pub enum ShutdownError {
         /// The last export error, or why the queue overflowed.
         reason: String,
     },
-    /// The SDK reported an error while flushing or shutting down.
+    /// The OpenTelemetry SDK reported an error while flushing or shutting down (a timeout,
+    /// an exporter's failure); the SDK's own error is kept as the source.
     #[error("{0}")]
-    Sdk(String),
+    Sdk(#[source] opentelemetry_sdk::error::OTelSdkError),
 }

@@ -216,7 +216,7 @@ impl Telemetry {
         };
         traces
             .and(metrics)
-            .map_err(|e| ShutdownError::Sdk(e.to_string()))
+            .map_err(ShutdownError::Sdk)
     }
 
     /// Spans produced, delivered and lost so far (`delivered + lost + pending ==

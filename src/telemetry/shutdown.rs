@@ -82,7 +82,7 @@ impl Inner {
         for result in [traces, metrics] {
             match result {
                 Ok(()) | Err(opentelemetry_sdk::error::OTelSdkError::AlreadyShutdown) => {}
-                Err(e) => return Err(ShutdownError::Sdk(e.to_string())),
+                Err(e) => return Err(ShutdownError::Sdk(e)),
             }
         }
         Ok(())
