@@ -162,17 +162,90 @@ where
     }
 }
 
+/// Why a `gpuspan` command failed; printed after `gpuspan: `.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// A directory could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    ReadDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A directory holds no run.
+    #[error(
+        "{} holds no run: expected {} in it, or run directories below it",
+        dir.display(),
+        runlog::TRACES_FILE
+    )]
+    NoRun {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A named picture was asked of a directory of several ranks.
+    #[error(
+        "{} holds {ranks} ranks: give one rank's directory (such as {}) to draw it into a named file",
+        dir.display(),
+        first.display()
+    )]
+    SeveralRanks {
+        /// The directory.
+        dir: PathBuf,
+        /// How many ranks it holds.
+        ranks: usize,
+        /// The first rank's directory.
+        first: PathBuf,
+    },
+    /// A picture or page could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A run could not be read or drawn.
+    #[error(transparent)]
+    Report(#[from] crate::report::ReportError),
+    /// A run's summary could not be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// gpuspan could not start.
+    #[error(transparent)]
+    Init(#[from] crate::InitError),
+    /// gpuspan did not shut down cleanly.
+    #[error(transparent)]
+    Shutdown(#[from] crate::ShutdownError),
+    /// `watch` found no GPU.
+    #[error("no GPU to watch (see the warning above)")]
+    NoGpu,
+    /// The collector could not handle SIGINT and SIGTERM.
+    #[error("cannot handle signals: {0}")]
+    Signals(#[source] std::io::Error),
+    /// The collector could not start.
+    #[cfg(feature = "collect")]
+    #[error(transparent)]
+    Collect(#[from] crate::collect::CollectError),
+}
+
 /// The run directories to report: `dir` itself, its `rank-*` directories, or the newest run
 /// inside a directory of runs.
 ///
 /// # Errors
-/// A message naming `dir` when it cannot be read or holds no run.
-pub fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
+/// [`CommandError::ReadDir`] when `dir` cannot be read, [`CommandError::NoRun`] when it
+/// holds no run.
+pub fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, CommandError> {
     if dir.join(runlog::TRACES_FILE).is_file() {
         return Ok(vec![dir.to_path_buf()]);
     }
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let entries = std::fs::read_dir(dir).map_err(|source| CommandError::ReadDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let mut subdirs: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -198,11 +271,9 @@ pub fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
         .map(|(_, p)| p.clone());
     match newest {
         Some(run) => runs_in(&run),
-        None => Err(format!(
-            "{} holds no run: expected {} in it, or run directories below it",
-            dir.display(),
-            runlog::TRACES_FILE
-        )),
+        None => Err(CommandError::NoRun {
+            dir: dir.to_path_buf(),
+        }),
     }
 }
 
@@ -214,15 +285,18 @@ struct Pictures {
     width: u32,
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+fn write(path: &Path, bytes: &[u8]) -> Result<(), CommandError> {
+    std::fs::write(path, bytes).map_err(|source| CommandError::Write {
+        path: path.to_path_buf(),
+        source,
+    })?;
     println!("wrote {}", path.display());
     Ok(())
 }
 
 /// Writes the page and pictures of one run.
-fn draw(run: &Path, pictures: &Pictures) -> Result<(), String> {
-    let drawn = crate::report::Run::read(run).map_err(|e| e.to_string())?;
+fn draw(run: &Path, pictures: &Pictures) -> Result<(), CommandError> {
+    let drawn = crate::report::Run::read(run)?;
     if let Some(html) = &pictures.html {
         let path = html.clone().unwrap_or_else(|| run.join("report.html"));
         write(&path, crate::report::html(&drawn).as_bytes())?;
@@ -231,13 +305,13 @@ fn draw(run: &Path, pictures: &Pictures) -> Result<(), String> {
         write(path, crate::report::svg(&drawn, pictures.width).as_bytes())?;
     }
     if let Some(path) = &pictures.png {
-        let png = crate::report::png(&drawn, pictures.width).map_err(|e| e.to_string())?;
+        let png = crate::report::png(&drawn, pictures.width)?;
         write(path, &png)?;
     }
     Ok(())
 }
 
-fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), String> {
+fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), CommandError> {
     let dir = dir.unwrap_or_else(runlog::default_run_root);
     let runs = runs_in(&dir)?;
     if pictures.html.is_some() || pictures.svg.is_some() || pictures.png.is_some() {
@@ -245,12 +319,11 @@ fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), String> {
             || pictures.svg.is_some()
             || pictures.png.is_some();
         if runs.len() > 1 && named {
-            return Err(format!(
-                "{} holds {} ranks: give one rank's directory (such as {}) to draw it into a named file",
-                dir.display(),
-                runs.len(),
-                runs[0].display()
-            ));
+            return Err(CommandError::SeveralRanks {
+                ranks: runs.len(),
+                first: runs[0].clone(),
+                dir,
+            });
         }
         for run in &runs {
             draw(run, pictures)?;
@@ -258,22 +331,21 @@ fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), String> {
         return Ok(());
     }
     for run in runs {
-        let summary = runlog::read_run(&run).map_err(|e| e.to_string())?;
+        let summary = runlog::read_run(&run)?;
         println!("{}", run.display());
         print!("{}", summary.render());
     }
     Ok(())
 }
 
-fn watch(every: Duration, count: Option<u64>) -> Result<(), String> {
+fn watch(every: Duration, count: Option<u64>) -> Result<(), CommandError> {
     let telemetry = crate::Telemetry::builder()
         .traces_exporter(crate::Exporter::None)
         .metrics_exporter(crate::Exporter::None)
         .summary(false)
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     if telemetry.devices().is_empty() {
-        return Err("no GPU to watch (see the warning above)".into());
+        return Err(CommandError::NoGpu);
     }
     let mut lines = 0;
     while count.is_none_or(|c| lines < c) {
@@ -295,7 +367,7 @@ fn watch(every: Duration, count: Option<u64>) -> Result<(), String> {
         println!("{}", cells.join("   "));
         lines += 1;
     }
-    telemetry.shutdown().map_err(|e| e.to_string())
+    Ok(telemetry.shutdown()?)
 }
 
 #[cfg(feature = "collect")]
@@ -304,17 +376,16 @@ fn collect(
     http: Option<std::net::SocketAddr>,
     max_request_bytes: usize,
     max_queue_bytes: usize,
-) -> Result<(), String> {
+) -> Result<(), CommandError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(|e| format!("cannot handle signals: {e}"))?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(CommandError::Signals)?;
     let collector = crate::collect::Collector::builder()
         .grpc_addr(grpc)
         .http_addr(http)
         .max_request_bytes(max_request_bytes)
         .max_queue_bytes(max_queue_bytes)
-        .start()
-        .map_err(|e| e.to_string())?;
+        .start()?;
     let listening: Vec<String> = [
         ("gRPC", collector.grpc_addr()),
         ("HTTP", collector.http_addr()),

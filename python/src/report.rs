@@ -13,7 +13,7 @@ type Run<'py> = (String, String, Option<String>, Vec<Bound<'py, PyDict>>);
 /// each as `(path, table text, source, [epoch rows as dicts])`.
 #[pyfunction]
 pub(crate) fn read_run<'py>(py: Python<'py>, dir: PathBuf) -> PyResult<Vec<Run<'py>>> {
-    let runs = gpuspan::cli::runs_in(&dir).map_err(PyValueError::new_err)?;
+    let runs = gpuspan::cli::runs_in(&dir).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let mut out = Vec::with_capacity(runs.len());
     for run in runs {
         let summary = gpuspan::runlog::read_run(&run)

@@ -214,9 +214,7 @@ impl Telemetry {
                 e.to_string(),
             )),
         };
-        traces
-            .and(metrics)
-            .map_err(ShutdownError::Sdk)
+        traces.and(metrics).map_err(ShutdownError::Sdk)
     }
 
     /// Spans produced, delivered and lost so far (`delivered + lost + pending ==
