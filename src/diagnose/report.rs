@@ -1,67 +1,121 @@
-//! Diagnosis read back from a run directory's spans, for `gpuspan report`: the marks the
-//! epoch spans' events left, and the batch-size fit over the step spans.
+//! Diagnosis read back from a run directory's spans, for `gpuspan report`: the diagnosis
+//! events on every span (drawn as markers), the marks they leave on the epoch table, and the
+//! batch-size fit over the step spans.
 
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::span::Event;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::batch_fit::BatchFitter;
-use crate::names::event;
+use crate::names::{attribute, event};
 use crate::runlog::{Role, RunSummary, SpanRecord};
 
-/// Collects what the summary needs while `read_run` walks the spans.
+/// Span events drawn as markers.
+pub const DIAGNOSIS_EVENTS: [&str; 4] = event::FINDINGS;
+
+/// A diagnosis event found on a span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    /// The event's name, one of [`DIAGNOSIS_EVENTS`].
+    pub name: String,
+    /// When it happened, UNIX ns.
+    pub unix_nanos: u64,
+    /// The span it is on (`step 12`, `epoch 3`, or the span's name).
+    pub span: String,
+    /// Its attributes, as text.
+    pub attributes: Vec<(String, String)>,
+}
+
+/// Collects the findings while `read_run` walks the spans once.
 #[derive(Debug, Default)]
 pub(crate) struct RunReader {
     marks: Vec<(i64, String)>,
+    markers: Vec<Marker>,
     fitter: BatchFitter,
 }
 
 impl RunReader {
-    /// One span from `traces.jsonl`.
-    pub(crate) fn read(&mut self, span: &Span) {
-        if span.name != "epoch" && span.name != "step" {
-            return;
+    /// One span from `traces.jsonl`, with its record.
+    pub(crate) fn read(&mut self, span: &Span, record: &SpanRecord) {
+        if let (Role::Step(_), Some(batch), Some(gpu)) =
+            (record.role, record.batch_size, record.gpu)
+        {
+            self.fitter.add(batch, gpu.peak);
         }
-        let record = SpanRecord::from_otlp(span);
-        match record.role {
-            Role::Step(_) => {
-                if let (Some(batch), Some(gpu)) = (record.batch_size, record.gpu) {
-                    self.fitter.add(batch, gpu.peak);
-                }
+        for event in &span.events {
+            if !DIAGNOSIS_EVENTS.contains(&event.name.as_str()) {
+                continue;
             }
-            Role::Epoch(epoch) => {
-                for event in &span.events {
-                    let mark = match event.name.as_str() {
-                        event::LEAK_SUSPECTED => {
-                            let rule = event
-                                .attributes
-                                .iter()
-                                .find(|kv| kv.key == crate::names::attribute::GPU_MEMORY_LEAK_RULE)
-                                .and_then(|kv| kv.value.as_ref())
-                                .and_then(|v| match &v.value {
-                                    Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => Some(s.as_str()),
-                                    _ => None,
-                                })
-                                .unwrap_or("?");
-                            format!("leak? {rule}")
-                        }
-                        event::BUDGET_EXCEEDED => "over budget".to_owned(),
-                        event::NEAR_OOM => "near OOM".to_owned(),
-                        event::OOM => "OOM".to_owned(),
-                        _ => continue,
-                    };
-                    self.marks.push((epoch, mark));
-                }
+            if let Role::Epoch(epoch) = record.role {
+                self.marks.push((epoch, mark(event)));
             }
-            Role::Other => {}
+            self.markers.push(Marker {
+                name: event.name.clone(),
+                unix_nanos: event.time_unix_nano,
+                span: label(record),
+                attributes: event
+                    .attributes
+                    .iter()
+                    .map(|kv| {
+                        let value = kv.value.as_ref().and_then(|v| v.value.as_ref());
+                        (kv.key.clone(), text(value))
+                    })
+                    .collect(),
+            });
         }
     }
 
     /// Adds the marks and the batch-size fit, fitted to `limit` (see
-    /// [`read_batch_limit`](super::read_batch_limit)) as the run's own fit is.
-    pub(crate) fn finish(self, summary: &mut RunSummary, limit: Option<i64>) {
+    /// [`read_batch_limit`](super::read_batch_limit)) as the run's own fit is; returns the
+    /// markers in time order.
+    pub(crate) fn finish(mut self, summary: &mut RunSummary, limit: Option<i64>) -> Vec<Marker> {
         summary.marks.extend(self.marks);
         summary.batch_fit = self.fitter.fit(limit);
         summary
             .notes
             .extend(super::batch_fit::summary_line(&self.fitter, limit));
+        self.markers.sort_by_key(|m| m.unix_nanos);
+        self.markers
+    }
+}
+
+/// The epoch table's mark for a diagnosis event.
+fn mark(finding: &Event) -> String {
+    match finding.name.as_str() {
+        event::LEAK_SUSPECTED => {
+            let rule = finding
+                .attributes
+                .iter()
+                .find(|kv| kv.key == attribute::GPU_MEMORY_LEAK_RULE)
+                .and_then(|kv| kv.value.as_ref())
+                .and_then(|v| match &v.value {
+                    Some(Value::StringValue(s)) => Some(s.as_str()),
+                    _ => None,
+                })
+                .unwrap_or("?");
+            format!("leak? {rule}")
+        }
+        event::BUDGET_EXCEEDED => "over budget".to_owned(),
+        event::NEAR_OOM => "near OOM".to_owned(),
+        _ => "OOM".to_owned(),
+    }
+}
+
+/// How a marker names its span.
+fn label(record: &SpanRecord) -> String {
+    match record.role {
+        Role::Step(i) => format!("step {i}"),
+        Role::Epoch(i) => format!("epoch {i}"),
+        Role::Other => record.name.clone(),
+    }
+}
+
+fn text(value: Option<&Value>) -> String {
+    match value {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::IntValue(v)) => v.to_string(),
+        Some(Value::DoubleValue(v)) => v.to_string(),
+        Some(Value::BoolValue(v)) => v.to_string(),
+        _ => String::new(),
     }
 }

@@ -25,7 +25,7 @@ pub use crate::timeline::file::{
 pub use html::html;
 #[cfg(feature = "png")]
 pub use png::{png, png_base64};
-pub use run::{Marker, Run, DIAGNOSIS_EVENTS};
+pub use run::Run;
 pub use svg::svg;
 
 /// Why a report could not be made.
