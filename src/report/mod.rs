@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 pub use crate::timeline::file::{
     read_timeline, Figure, Series, Timeline, TimelineDevice, TimelineEncoder, TimelineError,
-    TIMELINE_FILE,
+    TimelineFormatError, TIMELINE_FILE,
 };
 pub use html::html;
 #[cfg(feature = "png")]
