@@ -84,6 +84,8 @@ mod util;
 
 #[doc(hidden)]
 pub use macros::__private;
+#[doc(hidden)]
+pub use timeline::__private as __timeline;
 
 pub use config::{Compression, Exporter, Protocol, DEFAULT_SAMPLE_INTERVAL};
 pub use diagnose::{record_oom, BatchFit, MemoryBudget};

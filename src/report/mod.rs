@@ -18,9 +18,10 @@ pub(crate) mod tfevents;
 
 use std::path::PathBuf;
 
+pub use crate::diagnose::{Marker, DIAGNOSIS_EVENTS};
 pub use crate::timeline::file::{
-    read_timeline, Figure, Series, Timeline, TimelineDevice, TimelineEncoder, TimelineError,
-    TimelineFormatError, TIMELINE_FILE,
+    read_timeline, Figure, Series, Timeline, TimelineDevice, TimelineError, TimelineFormatError,
+    TIMELINE_FILE,
 };
 pub use html::html;
 #[cfg(feature = "png")]
