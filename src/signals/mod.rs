@@ -123,11 +123,11 @@ fn on_signal(signal: libc::c_int) {
         let jobs: Vec<(&'static str, Job)> = vec![
             (
                 "traces",
-                Box::new(move || tracer.force_flush().map_err(|e| e.to_string())),
+                Box::new(move || tracer.force_flush().map_err(Into::into)),
             ),
             (
                 "metrics",
-                Box::new(move || meter.force_flush().map_err(|e| e.to_string())),
+                Box::new(move || meter.force_flush().map_err(Into::into)),
             ),
         ];
         let outcome = bounded::run_within(bound, jobs);
