@@ -1,3 +1,4 @@
+// Hand-written: signal-hook's registry calls the program's handler first and forces SA_RESTART.
 //! Flush on SIGINT and SIGTERM without changing what the program does with the signal.
 //!
 //! When one of these signals arrives, a flusher thread exports the completed spans and the
