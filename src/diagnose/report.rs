@@ -7,8 +7,9 @@ use opentelemetry_proto::tonic::trace::v1::span::Event;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::batch_fit::BatchFitter;
+use super::BatchFit;
 use crate::names::{attribute, event};
-use crate::runlog::{Role, RunSummary, SpanRecord};
+use crate::record::{Role, SpanRecord};
 
 /// Span events drawn as markers.
 pub const DIAGNOSIS_EVENTS: [&str; 4] = event::FINDINGS;
@@ -65,18 +66,32 @@ impl RunReader {
         }
     }
 
-    /// Adds the marks and the batch-size fit, fitted to `limit` (see
-    /// [`read_batch_limit`](super::read_batch_limit)) as the run's own fit is; returns the
-    /// markers in time order.
-    pub(crate) fn finish(mut self, summary: &mut RunSummary, limit: Option<i64>) -> Vec<Marker> {
-        summary.marks.extend(self.marks);
-        summary.batch_fit = self.fitter.fit(limit);
-        summary
-            .notes
-            .extend(super::batch_fit::summary_line(&self.fitter, limit));
+    /// What was found, the batch-size fit fitted to `limit` (see
+    /// [`read_batch_limit`](super::read_batch_limit)) as the run's own fit is.
+    pub(crate) fn finish(mut self, limit: Option<i64>) -> ReadFindings {
         self.markers.sort_by_key(|m| m.unix_nanos);
-        self.markers
+        ReadFindings {
+            marks: self.marks,
+            batch_fit: self.fitter.fit(limit),
+            notes: super::batch_fit::summary_line(&self.fitter, limit)
+                .into_iter()
+                .collect(),
+            markers: self.markers,
+        }
     }
+}
+
+/// The diagnosis a run directory's spans hold, for the epoch table and the report.
+#[derive(Debug, Default)]
+pub(crate) struct ReadFindings {
+    /// Marks per epoch, `(epoch, what)`.
+    pub(crate) marks: Vec<(i64, String)>,
+    /// The batch-size fit.
+    pub(crate) batch_fit: Option<BatchFit>,
+    /// Lines printed under the table.
+    pub(crate) notes: Vec<String>,
+    /// Every diagnosis event, in time order.
+    pub(crate) markers: Vec<Marker>,
 }
 
 /// The epoch table's mark for a diagnosis event.

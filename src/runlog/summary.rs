@@ -177,8 +177,11 @@ pub(crate) fn read_run_and(
     }
     let mut summary = table.summary();
     summary.bad_lines = bad_lines;
-    let markers = diagnosis.finish(&mut summary, crate::diagnose::read_batch_limit(dir));
-    Ok((summary, markers))
+    let findings = diagnosis.finish(crate::diagnose::read_batch_limit(dir));
+    summary.marks.extend(findings.marks);
+    summary.batch_fit = findings.batch_fit;
+    summary.notes.extend(findings.notes);
+    Ok((summary, findings.markers))
 }
 
 impl RunSummary {
