@@ -13,7 +13,8 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gpuspan::report::{Run, TimelineDevice, TimelineEncoder, TIMELINE_FILE};
+use gpuspan::__timeline::TimelineEncoder;
+use gpuspan::report::{Run, TimelineDevice, TIMELINE_FILE};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};

@@ -84,6 +84,8 @@ mod util;
 
 #[doc(hidden)]
 pub use macros::__private;
+#[doc(hidden)]
+pub use timeline::__private as __timeline;
 
 pub use config::{Compression, Exporter, InvalidValue, Protocol, DEFAULT_SAMPLE_INTERVAL};
 
@@ -101,6 +103,6 @@ pub use error::{InitError, ShutdownError};
 pub use export::health::{ExportCounts, ExportTally};
 pub use layer::record_allocator;
 pub use sampler::SamplerStats;
-pub use source::{Device, DeviceReading, DeviceScope, MemorySource};
+pub use source::{Device, DeviceReading, DeviceScope, DeviceScopeError, MemorySource};
 pub use span::{MemorySpan, SpanMemory};
 pub use telemetry::{init, Builder, DeviceMemory, Telemetry};

@@ -29,6 +29,7 @@ pub use batch_fit::BatchFit;
 pub use near_oom::record_oom;
 pub(crate) use open_span_layer::OpenSpanLayer;
 pub(crate) use report::RunReader;
+pub use report::{Marker, DIAGNOSIS_EVENTS};
 pub use settings::MemoryBudget;
 
 use crate::export::tap::SpanTap;

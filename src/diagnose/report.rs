@@ -1,67 +1,136 @@
-//! Diagnosis read back from a run directory's spans, for `gpuspan report`: the marks the
-//! epoch spans' events left, and the batch-size fit over the step spans.
+//! Diagnosis read back from a run directory's spans, for `gpuspan report`: the diagnosis
+//! events on every span (drawn as markers), the marks they leave on the epoch table, and the
+//! batch-size fit over the step spans.
 
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::span::Event;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::batch_fit::BatchFitter;
-use crate::names::event;
-use crate::runlog::{Role, RunSummary, SpanRecord};
+use super::BatchFit;
+use crate::names::{attribute, event};
+use crate::record::{Role, SpanRecord};
 
-/// Collects what the summary needs while `read_run` walks the spans.
+/// Span events drawn as markers.
+pub const DIAGNOSIS_EVENTS: [&str; 4] = event::FINDINGS;
+
+/// A diagnosis event found on a span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    /// The event's name, one of [`DIAGNOSIS_EVENTS`].
+    pub name: String,
+    /// When it happened, UNIX ns.
+    pub unix_nanos: u64,
+    /// The span it is on (`step 12`, `epoch 3`, or the span's name).
+    pub span: String,
+    /// Its attributes, as text.
+    pub attributes: Vec<(String, String)>,
+}
+
+/// Collects the findings while `read_run` walks the spans once.
 #[derive(Debug, Default)]
 pub(crate) struct RunReader {
     marks: Vec<(i64, String)>,
+    markers: Vec<Marker>,
     fitter: BatchFitter,
 }
 
 impl RunReader {
-    /// One span from `traces.jsonl`.
-    pub(crate) fn read(&mut self, span: &Span) {
-        if span.name != "epoch" && span.name != "step" {
-            return;
+    /// One span from `traces.jsonl`, with its record.
+    pub(crate) fn read(&mut self, span: &Span, record: &SpanRecord) {
+        if let (Role::Step(_), Some(batch), Some(gpu)) =
+            (record.role, record.batch_size, record.gpu)
+        {
+            self.fitter.add(batch, gpu.peak);
         }
-        let record = SpanRecord::from_otlp(span);
-        match record.role {
-            Role::Step(_) => {
-                if let (Some(batch), Some(gpu)) = (record.batch_size, record.gpu) {
-                    self.fitter.add(batch, gpu.peak);
-                }
+        for event in &span.events {
+            if !DIAGNOSIS_EVENTS.contains(&event.name.as_str()) {
+                continue;
             }
-            Role::Epoch(epoch) => {
-                for event in &span.events {
-                    let mark = match event.name.as_str() {
-                        event::LEAK_SUSPECTED => {
-                            let rule = event
-                                .attributes
-                                .iter()
-                                .find(|kv| kv.key == crate::names::attribute::GPU_MEMORY_LEAK_RULE)
-                                .and_then(|kv| kv.value.as_ref())
-                                .and_then(|v| match &v.value {
-                                    Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => Some(s.as_str()),
-                                    _ => None,
-                                })
-                                .unwrap_or("?");
-                            format!("leak? {rule}")
-                        }
-                        event::BUDGET_EXCEEDED => "over budget".to_owned(),
-                        event::NEAR_OOM => "near OOM".to_owned(),
-                        event::OOM => "OOM".to_owned(),
-                        _ => continue,
-                    };
-                    self.marks.push((epoch, mark));
-                }
+            if let Role::Epoch(epoch) = record.role {
+                self.marks.push((epoch, mark(event)));
             }
-            Role::Other => {}
+            self.markers.push(Marker {
+                name: event.name.clone(),
+                unix_nanos: event.time_unix_nano,
+                span: label(record),
+                attributes: event
+                    .attributes
+                    .iter()
+                    .map(|kv| {
+                        let value = kv.value.as_ref().and_then(|v| v.value.as_ref());
+                        (kv.key.clone(), text(value))
+                    })
+                    .collect(),
+            });
         }
     }
 
-    /// Adds the marks and the batch-size fit, fitted to `limit` (see
+    /// What was found, the batch-size fit fitted to `limit` (see
     /// [`read_batch_limit`](super::read_batch_limit)) as the run's own fit is.
-    pub(crate) fn finish(self, summary: &mut RunSummary, limit: Option<i64>) {
-        summary.marks.extend(self.marks);
-        summary.batch_fit = self.fitter.fit(limit);
-        summary
-            .notes
-            .extend(super::batch_fit::summary_line(&self.fitter, limit));
+    pub(crate) fn finish(mut self, limit: Option<i64>) -> ReadFindings {
+        self.markers.sort_by_key(|m| m.unix_nanos);
+        ReadFindings {
+            marks: self.marks,
+            batch_fit: self.fitter.fit(limit),
+            notes: super::batch_fit::summary_line(&self.fitter, limit)
+                .into_iter()
+                .collect(),
+            markers: self.markers,
+        }
+    }
+}
+
+/// The diagnosis a run directory's spans hold, for the epoch table and the report.
+#[derive(Debug, Default)]
+pub(crate) struct ReadFindings {
+    /// Marks per epoch, `(epoch, what)`.
+    pub(crate) marks: Vec<(i64, String)>,
+    /// The batch-size fit.
+    pub(crate) batch_fit: Option<BatchFit>,
+    /// Lines printed under the table.
+    pub(crate) notes: Vec<String>,
+    /// Every diagnosis event, in time order.
+    pub(crate) markers: Vec<Marker>,
+}
+
+/// The epoch table's mark for a diagnosis event.
+fn mark(finding: &Event) -> String {
+    match finding.name.as_str() {
+        event::LEAK_SUSPECTED => {
+            let rule = finding
+                .attributes
+                .iter()
+                .find(|kv| kv.key == attribute::GPU_MEMORY_LEAK_RULE)
+                .and_then(|kv| kv.value.as_ref())
+                .and_then(|v| match &v.value {
+                    Some(Value::StringValue(s)) => Some(s.as_str()),
+                    _ => None,
+                })
+                .unwrap_or("?");
+            format!("leak? {rule}")
+        }
+        event::BUDGET_EXCEEDED => "over budget".to_owned(),
+        event::NEAR_OOM => "near OOM".to_owned(),
+        _ => "OOM".to_owned(),
+    }
+}
+
+/// How a marker names its span.
+fn label(record: &SpanRecord) -> String {
+    match record.role {
+        Role::Step(i) => format!("step {i}"),
+        Role::Epoch(i) => format!("epoch {i}"),
+        Role::Other => record.name.clone(),
+    }
+}
+
+fn text(value: Option<&Value>) -> String {
+    match value {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::IntValue(v)) => v.to_string(),
+        Some(Value::DoubleValue(v)) => v.to_string(),
+        Some(Value::BoolValue(v)) => v.to_string(),
+        _ => String::new(),
     }
 }

@@ -18,14 +18,15 @@ pub(crate) mod tfevents;
 
 use std::path::PathBuf;
 
+pub use crate::diagnose::{Marker, DIAGNOSIS_EVENTS};
 pub use crate::timeline::file::{
-    read_timeline, Figure, Series, Timeline, TimelineDevice, TimelineEncoder, TimelineError,
+    read_timeline, Figure, Series, Timeline, TimelineDevice, TimelineError, TimelineFormatError,
     TIMELINE_FILE,
 };
 pub use html::html;
 #[cfg(feature = "png")]
 pub use png::{png, png_base64};
-pub use run::{Marker, Run, DIAGNOSIS_EVENTS};
+pub use run::Run;
 pub use svg::svg;
 
 /// Why a report could not be made.

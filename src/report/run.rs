@@ -1,37 +1,13 @@
 //! A run directory read back for drawing: its timeline, its spans with their diagnosis
 //! events, the epoch table and the batch-size fit.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-
-use crate::runlog::{self, Role, RunSummary, SpanRecord};
+use super::Marker;
+use crate::runlog::{self, RunSummary, SpanRecord};
 use crate::timeline::file::{read_timeline, Timeline, TIMELINE_FILE};
 
 use super::ReportError;
-
-/// Span events drawn as markers.
-pub const DIAGNOSIS_EVENTS: [&str; 4] = [
-    "gpu.memory.leak_suspected",
-    "gpu.memory.near_oom",
-    "gpu.memory.oom",
-    "gpu.memory.budget_exceeded",
-];
-
-/// A diagnosis event found on a span.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Marker {
-    /// The event's name, one of [`DIAGNOSIS_EVENTS`].
-    pub name: String,
-    /// When it happened, UNIX ns.
-    pub unix_nanos: u64,
-    /// The span it is on (`step 12`, `epoch 3`, or the span's name).
-    pub span: String,
-    /// Its attributes, as text.
-    pub attributes: Vec<(String, String)>,
-}
 
 /// Everything a report draws.
 #[derive(Debug, Clone)]
@@ -57,11 +33,14 @@ impl Run {
     /// # Errors
     /// `traces.jsonl` cannot be read, or `timeline.bin` is there but is not a timeline.
     pub fn read(dir: &Path) -> Result<Self, ReportError> {
-        let summary = runlog::read_run(dir).map_err(|source| ReportError::Io {
-            path: dir.join(runlog::TRACES_FILE),
-            source,
-        })?;
-        let (spans, markers) = read_spans(dir)?;
+        let mut spans = Vec::new();
+        let (summary, markers) =
+            runlog::read_run_and(dir, |record| spans.push(record)).map_err(|source| {
+                ReportError::Io {
+                    path: dir.join(runlog::TRACES_FILE),
+                    source,
+                }
+            })?;
         let timeline = if dir.join(TIMELINE_FILE).is_file() {
             Some(read_timeline(&dir.join(TIMELINE_FILE))?)
         } else {
@@ -100,69 +79,6 @@ impl Run {
             (start, end.max(start + 1))
         }
     }
-}
-
-fn text(value: Option<&Value>) -> String {
-    match value {
-        Some(Value::StringValue(s)) => s.clone(),
-        Some(Value::IntValue(v)) => v.to_string(),
-        Some(Value::DoubleValue(v)) => v.to_string(),
-        Some(Value::BoolValue(v)) => v.to_string(),
-        _ => String::new(),
-    }
-}
-
-fn read_spans(dir: &Path) -> Result<(Vec<SpanRecord>, Vec<Marker>), ReportError> {
-    let path = dir.join(runlog::TRACES_FILE);
-    let file = std::fs::File::open(&path).map_err(|source| ReportError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let mut spans = Vec::new();
-    let mut markers = Vec::new();
-    for line in std::io::BufReader::new(file).lines() {
-        let line = line.map_err(|source| ReportError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        // Lines that do not parse are listed by the epoch table's reader.
-        let Ok(request) = serde_json::from_str::<ExportTraceServiceRequest>(&line) else {
-            continue;
-        };
-        for span in request
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| &s.spans)
-        {
-            let record = SpanRecord::from_otlp(span);
-            let label = match record.role {
-                Role::Step(i) => format!("step {i}"),
-                Role::Epoch(i) => format!("epoch {i}"),
-                _ => record.name.clone(),
-            };
-            for event in &span.events {
-                if DIAGNOSIS_EVENTS.contains(&event.name.as_str()) {
-                    markers.push(Marker {
-                        name: event.name.clone(),
-                        unix_nanos: event.time_unix_nano,
-                        span: label.clone(),
-                        attributes: event
-                            .attributes
-                            .iter()
-                            .map(|kv| {
-                                let value = kv.value.as_ref().and_then(|v| v.value.as_ref());
-                                (kv.key.clone(), text(value))
-                            })
-                            .collect(),
-                    });
-                }
-            }
-            spans.push(record);
-        }
-    }
-    markers.sort_by_key(|m| m.unix_nanos);
-    Ok((spans, markers))
 }
 
 #[cfg(test)]

@@ -20,76 +20,68 @@ use opentelemetry_sdk::trace::SpanData;
 use crate::export::tap::SpanTap;
 use crate::record::{Role, SpanRecord};
 
-/// CRC-32C (Castagnoli), bitwise per byte through a table.
-fn crc32c(bytes: &[u8]) -> u32 {
-    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
-    let table = TABLE.get_or_init(|| {
-        let mut table = [0u32; 256];
-        for (i, slot) in table.iter_mut().enumerate() {
-            let mut crc = i as u32;
-            for _ in 0..8 {
-                crc = if crc & 1 != 0 {
-                    (crc >> 1) ^ 0x82f6_3b78
-                } else {
-                    crc >> 1
-                };
-            }
-            *slot = crc;
-        }
-        table
-    });
-    let mut crc = !0u32;
-    for &byte in bytes {
-        crc = table[((crc ^ u32::from(byte)) & 0xff) as usize] ^ (crc >> 8);
-    }
-    !crc
-}
-
 fn masked_crc(bytes: &[u8]) -> u32 {
-    let crc = crc32c(bytes);
-    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+    crc32c::crc32c(bytes)
+        .rotate_right(15)
+        .wrapping_add(0xa282_ead8)
 }
 
-fn varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
+/// TensorBoard's `Event`, the fields gpuspan writes. Every field is written when set (a
+/// step of 0 too), as TensorBoard's own writer does; `file_version` and `summary` are the
+/// `what` oneof, never both set.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Event {
+    #[prost(double, optional, tag = "1")]
+    wall_time: Option<f64>,
+    #[prost(int64, optional, tag = "2")]
+    step: Option<i64>,
+    #[prost(string, optional, tag = "3")]
+    file_version: Option<String>,
+    #[prost(message, optional, tag = "5")]
+    summary: Option<Summary>,
 }
 
-fn length_delimited(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
-    varint(out, field << 3 | 2);
-    varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
+/// `Summary`: its repeated `value`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Summary {
+    #[prost(message, repeated, tag = "1")]
+    value: Vec<SummaryValue>,
+}
+
+/// `Summary.Value` holding a scalar.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SummaryValue {
+    #[prost(string, tag = "1")]
+    tag: String,
+    #[prost(float, optional, tag = "2")]
+    simple_value: Option<f32>,
 }
 
 /// One `Event` with a header and a summary of scalar values.
 pub(crate) fn event(wall_time: f64, step: i64, scalars: &[(String, f32)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    varint(&mut out, 1 << 3 | 1);
-    out.extend_from_slice(&wall_time.to_le_bytes());
-    varint(&mut out, 2 << 3);
-    varint(&mut out, step as u64);
-    let mut summary = Vec::new();
-    for (tag, value) in scalars {
-        let mut entry = Vec::new();
-        length_delimited(&mut entry, 1, tag.as_bytes());
-        varint(&mut entry, 2 << 3 | 5);
-        entry.extend_from_slice(&value.to_le_bytes());
-        length_delimited(&mut summary, 1, &entry);
-    }
-    length_delimited(&mut out, 5, &summary);
-    out
+    let value = scalars
+        .iter()
+        .map(|(tag, value)| SummaryValue {
+            tag: tag.clone(),
+            simple_value: Some(*value),
+        })
+        .collect();
+    prost::Message::encode_to_vec(&Event {
+        wall_time: Some(wall_time),
+        step: Some(step),
+        file_version: None,
+        summary: Some(Summary { value }),
+    })
 }
 
 /// The first event of a file.
 fn version_event(wall_time: f64) -> Vec<u8> {
-    let mut out = Vec::new();
-    varint(&mut out, 1 << 3 | 1);
-    out.extend_from_slice(&wall_time.to_le_bytes());
-    length_delimited(&mut out, 3, b"brain.Event:2");
-    out
+    prost::Message::encode_to_vec(&Event {
+        wall_time: Some(wall_time),
+        step: None,
+        file_version: Some("brain.Event:2".to_owned()),
+        summary: None,
+    })
 }
 
 /// Frames `data` as one record.
@@ -214,7 +206,22 @@ mod tests {
     #[test]
     fn crc32c_matches_the_published_check_value() {
         // The CRC-32C check value of "123456789" (RFC 3720, appendix B.4).
-        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+    }
+
+    #[test]
+    fn an_event_is_the_protobuf_tensorboard_reads() {
+        let mut expected = vec![0x09];
+        expected.extend_from_slice(&1.5f64.to_le_bytes());
+        // step 0 is written; summary { value { tag "a", simple_value 2.0 } }.
+        expected.extend_from_slice(&[0x10, 0x00, 0x2a, 0x0a, 0x0a, 0x08, 0x0a, 0x01, b'a', 0x15]);
+        expected.extend_from_slice(&2.0f32.to_le_bytes());
+        assert_eq!(event(1.5, 0, &[("a".into(), 2.0)]), expected);
+        let mut version = vec![0x09];
+        version.extend_from_slice(&1.5f64.to_le_bytes());
+        version.extend_from_slice(&[0x1a, 13]);
+        version.extend_from_slice(b"brain.Event:2");
+        assert_eq!(version_event(1.5), version);
     }
 
     #[test]

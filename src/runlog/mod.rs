@@ -5,8 +5,8 @@ mod summary;
 
 pub use crate::config::default_run_root;
 pub use crate::record::{DeviceFigures, Memory, Role, SpanRecord};
-pub(crate) use summary::SummaryTap;
 pub use summary::{read_run, EpochSummary, EpochTable, RunSummary};
+pub(crate) use summary::{read_run_and, SummaryTap};
 
 /// File of spans inside a run directory.
 pub const TRACES_FILE: &str = "traces.jsonl";

@@ -123,6 +123,15 @@ impl crate::export::tap::SpanTap for SummaryTap {
 /// The file cannot be opened or read. Lines that do not parse are listed in
 /// [`RunSummary::bad_lines`], and the others still count.
 pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
+    read_run_and(dir, |_| {}).map(|(summary, _)| summary)
+}
+
+/// [`read_run`], in the same pass handing every span's record to `keep` and returning the
+/// diagnosis markers too: the report reads the file once.
+pub(crate) fn read_run_and(
+    dir: &Path,
+    mut keep: impl FnMut(SpanRecord),
+) -> std::io::Result<(RunSummary, Vec<crate::diagnose::Marker>)> {
     let path = dir.join(super::TRACES_FILE);
     let file = std::fs::File::open(&path).map_err(|e| {
         std::io::Error::new(
@@ -160,14 +169,19 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
             .flat_map(|r| &r.scope_spans)
             .flat_map(|s| &s.spans)
         {
-            diagnosis.read(span);
-            table.add(&SpanRecord::from_otlp(span));
+            let record = SpanRecord::from_otlp(span);
+            diagnosis.read(span, &record);
+            table.add(&record);
+            keep(record);
         }
     }
     let mut summary = table.summary();
     summary.bad_lines = bad_lines;
-    diagnosis.finish(&mut summary, crate::diagnose::read_batch_limit(dir));
-    Ok(summary)
+    let findings = diagnosis.finish(crate::diagnose::read_batch_limit(dir));
+    summary.marks.extend(findings.marks);
+    summary.batch_fit = findings.batch_fit;
+    summary.notes.extend(findings.notes);
+    Ok((summary, findings.markers))
 }
 
 impl RunSummary {

@@ -6,8 +6,11 @@ use std::sync::mpsc;
 use std::sync::{Condvar, Mutex, Once};
 use std::time::{Duration, Instant};
 
-/// A flush to run: returns a description of what went wrong, if anything.
-pub(super) type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
+/// A flush to run: returns what went wrong, if anything (the exporter's own error).
+pub(super) type Job = Box<dyn FnOnce() -> Result<(), JobError> + Send>;
+
+/// What a flush reports: the SDK's error, passed through as it is.
+pub(super) type JobError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How a bounded run ended.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,3 +1,4 @@
+// Hand-written: signal-hook's registry calls the program's handler first and forces SA_RESTART.
 //! Flush on SIGINT and SIGTERM without changing what the program does with the signal.
 //!
 //! When one of these signals arrives, a flusher thread exports the completed spans and the
@@ -123,11 +124,11 @@ fn on_signal(signal: libc::c_int) {
         let jobs: Vec<(&'static str, Job)> = vec![
             (
                 "traces",
-                Box::new(move || tracer.force_flush().map_err(|e| e.to_string())),
+                Box::new(move || tracer.force_flush().map_err(Into::into)),
             ),
             (
                 "metrics",
-                Box::new(move || meter.force_flush().map_err(|e| e.to_string())),
+                Box::new(move || meter.force_flush().map_err(Into::into)),
             ),
         ];
         let outcome = bounded::run_within(bound, jobs);

@@ -17,7 +17,7 @@ pub(crate) mod smi;
 
 use std::time::Duration;
 
-pub use scope::DeviceScope;
+pub use scope::{DeviceScope, DeviceScopeError};
 
 /// A GPU device as a source sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -113,7 +113,8 @@ proptest! {
                 // Any device can be asked about.
                 let _ = scope.includes(&device(index, uuid));
             }
-            Err(message) => {
+            Err(error) => {
+                let message = error.to_string();
                 let entry = message
                     .strip_prefix('\'')
                     .and_then(|rest| rest.split_once("' is neither a device index"))

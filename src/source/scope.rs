@@ -2,6 +2,22 @@
 
 use super::Device;
 
+/// An entry of a device list that names no device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{entry}' is neither a device index (0, 1, ...) nor a UUID (GPU-...)")]
+#[non_exhaustive]
+pub struct DeviceScopeError {
+    /// The entry, as written.
+    pub entry: String,
+}
+
+/// A setting's explanation of what was expected, for [`InitError::InvalidSetting`](crate::InitError::InvalidSetting).
+impl From<DeviceScopeError> for String {
+    fn from(error: DeviceScopeError) -> Self {
+        error.to_string()
+    }
+}
+
 /// The devices a run measures, by NVML index or by UUID.
 ///
 /// NVML ignores `CUDA_VISIBLE_DEVICES`, so gpuspan applies it itself: `GPU-...` entries match
@@ -31,7 +47,7 @@ impl DeviceScope {
     ///
     /// # Errors
     /// An entry that is neither a number nor a `GPU-`/`MIG-` identifier.
-    pub fn parse(list: &str) -> Result<Self, String> {
+    pub fn parse(list: &str) -> Result<Self, DeviceScopeError> {
         let mut entries = Vec::new();
         for raw in list.split(',') {
             let entry = raw.trim();
@@ -46,9 +62,9 @@ impl DeviceScope {
             } else if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
                 entries.push(DeviceId::Uuid(entry.to_ascii_lowercase()));
             } else {
-                return Err(format!(
-                    "'{entry}' is neither a device index (0, 1, ...) nor a UUID (GPU-...)"
-                ));
+                return Err(DeviceScopeError {
+                    entry: entry.to_owned(),
+                });
             }
         }
         Ok(Self {
@@ -103,7 +119,7 @@ mod tests {
 
     #[test]
     fn garbage_names_the_entry() {
-        let err = DeviceScope::parse("0,cuda:1").unwrap_err();
+        let err = DeviceScope::parse("0,cuda:1").unwrap_err().to_string();
         assert!(err.contains("'cuda:1'"), "{err}");
     }
 }

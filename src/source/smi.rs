@@ -22,14 +22,15 @@
 //! everything it started) and reported as an error, so a command stuck in the driver cannot
 //! stall the sampler.
 
+mod query;
+
 use std::ffi::OsStr;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Device, DeviceReading, DeviceScope, MemorySource};
+use query::run_query;
+pub(crate) use query::SmiError;
 
 /// The columns queried, in order.
 const FIELDS: [&str; 6] = [
@@ -52,9 +53,6 @@ pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(500);
 /// How long one run may take before it is killed. A healthy run takes well under a second.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The most output kept from one run; nvidia-smi prints about 100 bytes per device.
-const OUTPUT_LIMIT: u64 = 1 << 20;
-
 const MIB: u64 = 1024 * 1024;
 
 /// Reads device memory and utilization by running `nvidia-smi`.
@@ -70,9 +68,9 @@ impl SmiSource {
     ///
     /// # Errors
     /// The program cannot be run, fails, times out, or prints output that cannot be parsed.
-    pub(crate) fn open(program: &Path, scope: &DeviceScope) -> Result<Self, String> {
+    pub(crate) fn open(program: &Path, scope: &DeviceScope) -> Result<Self, SmiError> {
         let text = run_query(program, TIMEOUT)?;
-        let rows = parse_query_gpu(&text).map_err(|e| e.to_string())?;
+        let rows = parse_query_gpu(&text)?;
         let devices = rows
             .into_iter()
             .map(|row| Device {
@@ -102,10 +100,10 @@ impl MemorySource for SmiSource {
 
     fn read(&mut self, out: &mut [DeviceReading]) {
         let rows = run_query(&self.program, self.timeout)
-            .and_then(|text| parse_query_gpu(&text).map_err(|e| e.to_string()));
+            .and_then(|text| parse_query_gpu(&text).map_err(SmiError::from));
         for (device, reading) in self.devices.iter().zip(out.iter_mut()) {
             *reading = match &rows {
-                Err(error) => failed(error.clone()),
+                Err(error) => failed(error.to_string()),
                 Ok(rows) => match rows.iter().find(|row| row.uuid == device.uuid) {
                     None => failed(format!("nvidia-smi no longer lists {}", device.uuid)),
                     Some(SmiRow {
@@ -339,105 +337,11 @@ fn clip(text: &str) -> String {
     }
 }
 
-/// Runs the query and returns its standard output, or why it failed. The program runs in a
-/// process group of its own, so that on timeout everything it started is killed too.
-fn run_query(program: &Path, timeout: Duration) -> Result<String, String> {
-    use std::os::unix::process::CommandExt;
-    let started = Instant::now();
-    let shown = program.display();
-    let mut child = Command::new(program)
-        .arg(format!("--query-gpu={}", FIELDS.join(",")))
-        .arg("--format=csv,noheader,nounits")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("{shown} could not be run ({e})"))?;
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        stop(child);
-        return Err(format!("{shown} could not be run (no output pipe)"));
-    };
-    // The pipes are read on a thread of their own so that the wait below can give up.
-    let (sender, receiver) = mpsc::channel();
-    let reader = std::thread::Builder::new()
-        .name("gpuspan-nvidia-smi".into())
-        .spawn(move || {
-            let mut out = Vec::new();
-            let mut err = Vec::new();
-            let read = stdout.take(OUTPUT_LIMIT).read_to_end(&mut out);
-            // nvidia-smi writes little to stderr: reading it second cannot block for long.
-            let _ = stderr.take(OUTPUT_LIMIT).read_to_end(&mut err);
-            let _ = sender.send(read.map(|_| (out, err)));
-        });
-    if let Err(e) = reader {
-        stop(child);
-        return Err(format!("{shown} could not be read (no thread: {e})"));
-    }
-    let too_slow = || format!("{shown} did not answer within {timeout:?} and was killed");
-    let (out, err) = match receiver.recv_timeout(timeout.saturating_sub(started.elapsed())) {
-        Ok(Ok(output)) => output,
-        Ok(Err(e)) => {
-            stop(child);
-            return Err(format!("{shown} output could not be read ({e})"));
-        }
-        Err(_) => {
-            stop(child);
-            return Err(too_slow());
-        }
-    };
-    // The pipes are closed; the program has exited or is about to.
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < timeout => std::thread::sleep(Duration::from_millis(1)),
-            Ok(None) => {
-                stop(child);
-                return Err(too_slow());
-            }
-            Err(e) => {
-                stop(child);
-                return Err(format!("{shown} could not be waited for ({e})"));
-            }
-        }
-    };
-    let out = String::from_utf8_lossy(&out).into_owned();
-    if status.success() {
-        return Ok(out);
-    }
-    let err = String::from_utf8_lossy(&err);
-    let said = out
-        .lines()
-        .chain(err.lines())
-        .map(str::trim)
-        .find(|line| !line.is_empty())
-        .unwrap_or("no message");
-    Err(format!("{shown} failed ({status}): {}", clip(said)))
-}
-
-/// Kills the child's process group and reaps the child without blocking: a process stuck in
-/// the driver may take a while to die, and is then reaped on a thread of its own.
-fn stop(mut child: Child) {
-    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: kill(2) takes plain integers and touches no memory. The child is not reaped
-        // yet, so its id still names its process group (it was started as the group leader).
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
-    }
-    let _ = child.kill();
-    if !matches!(child.try_wait(), Ok(Some(_))) {
-        let _ = std::thread::Builder::new()
-            .name("gpuspan-nvidia-smi-reaper".into())
-            .spawn(move || {
-                let _ = child.wait();
-            });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
+    use std::time::Instant;
 
     const H100_X1: &str = include_str!("../../tests/fixtures/smi/h100_x1.txt");
     const H100_X8: &str = include_str!("../../tests/fixtures/smi/h100_x8.txt");
@@ -771,7 +675,7 @@ esac
     #[test]
     fn open_reports_what_went_wrong() {
         let missing = SmiSource::open(Path::new("/nonexistent/nvidia-smi"), &DeviceScope::all());
-        let error = missing.unwrap_err();
+        let error = missing.unwrap_err().to_string();
         assert!(
             error.contains("/nonexistent/nvidia-smi could not be run"),
             "{error}"
@@ -779,14 +683,18 @@ esac
 
         let fake = FakeSmi::new();
         fake.set("fail", "No devices were found\n");
-        let error = SmiSource::open(&fake.program, &DeviceScope::all()).unwrap_err();
+        let error = SmiSource::open(&fake.program, &DeviceScope::all())
+            .unwrap_err()
+            .to_string();
         assert!(
             error.ends_with("failed (exit status: 9): No devices were found"),
             "{error}"
         );
 
         fake.set("print", "");
-        let error = SmiSource::open(&fake.program, &DeviceScope::all()).unwrap_err();
+        let error = SmiSource::open(&fake.program, &DeviceScope::all())
+            .unwrap_err()
+            .to_string();
         assert_eq!(error, "nvidia-smi printed no device lines");
     }
 

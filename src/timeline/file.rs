@@ -22,6 +22,8 @@
 
 use std::path::Path;
 
+use integer_encoding::VarInt;
+
 /// Name of the timeline file inside a run directory.
 pub const TIMELINE_FILE: &str = "timeline.bin";
 
@@ -108,8 +110,32 @@ pub enum TimelineError {
         /// The file.
         path: String,
         /// What was wrong.
-        why: String,
+        why: TimelineFormatError,
     },
+}
+
+/// What makes bytes not a timeline file this build reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TimelineFormatError {
+    /// Another kind of file.
+    #[error("it does not start with GPUSPANT")]
+    Magic,
+    /// A newer (or unknown) version of the format.
+    #[error(
+        "version {0}, and this build reads version {VERSION}: use a gpuspan as new as the one \
+         that wrote it"
+    )]
+    Version(u64),
+    /// The header ends before its last field.
+    #[error("the header is cut short")]
+    HeaderCut,
+    /// The header's device count is beyond reason.
+    #[error("it claims {0} devices")]
+    Devices(u64),
+    /// A device index beyond `u32`.
+    #[error("device index {0}")]
+    DeviceIndex(u64),
 }
 
 /// The series of a file with `devices` devices, in file order.
@@ -125,25 +151,16 @@ pub(crate) fn figures(devices: usize) -> Vec<Figure> {
     figures
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
+/// Appends `value` as an LEB128 varint (a signed one zigzag-encoded).
+fn put_varint(out: &mut Vec<u8>, value: impl VarInt) {
+    let mut buffer = [0u8; 10];
+    let length = value.encode_var(&mut buffer);
+    out.extend_from_slice(&buffer[..length]);
 }
 
 fn put_string(out: &mut Vec<u8>, text: &str) {
     put_varint(out, text.len() as u64);
     out.extend_from_slice(text.as_bytes());
-}
-
-fn zigzag(value: i64) -> u64 {
-    ((value << 1) ^ (value >> 63)) as u64
-}
-
-fn unzigzag(value: u64) -> i64 {
-    ((value >> 1) as i64) ^ -((value & 1) as i64)
 }
 
 fn stored(value: Option<u64>) -> u64 {
@@ -208,7 +225,7 @@ impl Encoder {
             let value = stored(*value);
             if value != *last {
                 out[mask_at + i / 8] |= 1 << (i % 8);
-                put_varint(&mut out, zigzag(value.wrapping_sub(*last) as i64));
+                put_varint(&mut out, value.wrapping_sub(*last) as i64);
             }
         }
         Some(out)
@@ -268,17 +285,10 @@ struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
-    fn varint(&mut self) -> Option<u64> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = *self.bytes.get(self.at)?;
-            self.at += 1;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
+    fn varint<T: VarInt>(&mut self) -> Option<T> {
+        let (value, length) = T::decode_var(self.bytes.get(self.at..)?)?;
+        self.at += length;
+        Some(value)
     }
 
     fn take(&mut self, n: usize) -> Option<&[u8]> {
@@ -289,7 +299,7 @@ impl Cursor<'_> {
     }
 
     fn string(&mut self) -> Option<String> {
-        let n = usize::try_from(self.varint()?).ok()?;
+        let n = self.varint::<usize>()?;
         Some(String::from_utf8_lossy(self.take(n)?).into_owned())
     }
 }
@@ -310,31 +320,29 @@ pub fn read_timeline(path: &Path) -> Result<Timeline, TimelineError> {
 }
 
 /// Decodes a whole file.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Timeline, String> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Timeline, TimelineFormatError> {
+    use TimelineFormatError::HeaderCut;
     if bytes.get(..8) != Some(MAGIC.as_slice()) {
-        return Err("it does not start with GPUSPANT".into());
+        return Err(TimelineFormatError::Magic);
     }
     let mut cursor = Cursor { bytes, at: 8 };
-    let short = || "the header is cut short".to_owned();
-    let version = cursor.varint().ok_or_else(short)?;
+    let version: u64 = cursor.varint().ok_or(HeaderCut)?;
     if version != VERSION {
-        return Err(format!(
-            "version {version}, and this build reads version {VERSION}: use a gpuspan as new as the one that wrote it"
-        ));
+        return Err(TimelineFormatError::Version(version));
     }
-    let origin = cursor.varint().ok_or_else(short)?;
-    let interval = cursor.varint().ok_or_else(short)?;
-    let count = cursor.varint().ok_or_else(short)?;
+    let origin: u64 = cursor.varint().ok_or(HeaderCut)?;
+    let interval = cursor.varint().ok_or(HeaderCut)?;
+    let count: u64 = cursor.varint().ok_or(HeaderCut)?;
     if count > 4096 {
-        return Err(format!("it claims {count} devices"));
+        return Err(TimelineFormatError::Devices(count));
     }
     let mut devices = Vec::new();
     for _ in 0..count {
-        let index = cursor.varint().ok_or_else(short)?;
+        let index: u64 = cursor.varint().ok_or(HeaderCut)?;
         devices.push(TimelineDevice {
-            index: u32::try_from(index).map_err(|_| format!("device index {index}"))?,
-            uuid: cursor.string().ok_or_else(short)?,
-            name: cursor.string().ok_or_else(short)?,
+            index: u32::try_from(index).map_err(|_| TimelineFormatError::DeviceIndex(index))?,
+            uuid: cursor.string().ok_or(HeaderCut)?,
+            name: cursor.string().ok_or(HeaderCut)?,
         });
     }
     let mut series: Vec<Series> = figures(devices.len())
@@ -385,7 +393,7 @@ fn read_record(
     let bytes = cursor.bytes;
     for (i, previous) in last.iter().enumerate() {
         if bytes[mask_at + i / 8] & (1 << (i % 8)) != 0 {
-            let delta = unzigzag(cursor.varint()?);
+            let delta: i64 = cursor.varint()?;
             changes.push((i, previous.wrapping_add(delta as u64)));
         }
     }
@@ -582,10 +590,11 @@ mod tests {
 
     #[test]
     fn a_file_of_another_kind_is_named() {
-        let error = decode(b"{\"resourceSpans\":[]}").unwrap_err();
+        let error = decode(b"{\"resourceSpans\":[]}").unwrap_err().to_string();
         assert!(error.contains("GPUSPANT"), "{error}");
         let mut file = header(0, 1, &[]);
         file[8] = 9;
-        assert!(decode(&file).unwrap_err().contains("version 9"));
+        let error = decode(&file).unwrap_err().to_string();
+        assert!(error.contains("version 9"));
     }
 }

@@ -10,6 +10,12 @@ pub(crate) mod file;
 pub(crate) mod store;
 pub(crate) mod writer;
 
+/// What the benches build timeline files with; not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use super::file::TimelineEncoder;
+}
+
 /// One tick of the sampler: every figure it holds at a wall-clock instant.
 #[derive(Debug, Clone, Copy)]
 #[allow(dead_code)] // read by the observers that keep ticks

@@ -11,26 +11,13 @@ pub(crate) fn unix_nanos(time: SystemTime) -> u64 {
 
 /// `(YYYYMMDD, HHMMSS)` in UTC for a Unix time, for run ids.
 pub(crate) fn utc_date_time(unix_seconds: u64) -> (String, String) {
-    let days = unix_seconds / 86_400;
-    let seconds = unix_seconds % 86_400;
-    // Civil-from-days (Howard Hinnant's algorithm), valid for any date after 1970.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let time = i64::try_from(unix_seconds)
+        .ok()
+        .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
+        .unwrap_or(jiff::Timestamp::MAX);
     (
-        format!("{year:04}{month:02}{day:02}"),
-        format!(
-            "{:02}{:02}{:02}",
-            seconds / 3600,
-            seconds / 60 % 60,
-            seconds % 60
-        ),
+        time.strftime("%Y%m%d").to_string(),
+        time.strftime("%H%M%S").to_string(),
     )
 }
 
