@@ -355,7 +355,7 @@ pub(crate) fn check_run_id(id: &String) -> Result<(), &'static str> {
 }
 
 fn device_scope(list: &str) -> Result<DeviceScope, InvalidValue> {
-    DeviceScope::parse(list).map_err(|why| InvalidValue::new(list, why))
+    DeviceScope::parse(list).map_err(|why| InvalidValue::new(list, why.to_string()))
 }
 
 #[cfg(test)]

@@ -11,13 +11,6 @@ pub struct DeviceScopeError {
     pub entry: String,
 }
 
-/// A setting's explanation of what was expected, for [`InitError::InvalidSetting`](crate::InitError::InvalidSetting).
-impl From<DeviceScopeError> for String {
-    fn from(error: DeviceScopeError) -> Self {
-        error.to_string()
-    }
-}
-
 /// The devices a run measures, by NVML index or by UUID.
 ///
 /// NVML ignores `CUDA_VISIBLE_DEVICES`, so gpuspan applies it itself: `GPU-...` entries match
