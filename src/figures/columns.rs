@@ -5,7 +5,6 @@
 
 use opentelemetry::Value;
 
-use super::read::Slot;
 use super::{int, SpanFigures, Triple};
 use crate::names::attribute as attr;
 
@@ -32,6 +31,38 @@ impl Number {
             Self::Float(v) => v,
         }
     }
+}
+
+/// Where an integer attribute lands in a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    GpuStart,
+    GpuPeak,
+    GpuEnd,
+    ProcessStart,
+    ProcessPeak,
+    ProcessEnd,
+    HostStart,
+    HostPeak,
+    HostEnd,
+    AllocatedPeak,
+    ReservedPeak,
+    Samples,
+    Epoch,
+    Step,
+}
+
+/// One figure of one device (`gpu.<i>.memory.<figure>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeviceFigure {
+    Start,
+    Peak,
+    End,
+}
+
+impl DeviceFigure {
+    /// In the order of [`device_keys`](super::device_keys): start, end, peak.
+    pub(crate) const ALL: [Self; 3] = [Self::Start, Self::End, Self::Peak];
 }
 
 /// One row: a key, how to read its figure, and its place in a record read back (`None`:

@@ -144,12 +144,12 @@ impl SpanFigures {
             }
         }
         if let Some(samples) = self.samples {
-            record.offer(read::Slot::Samples, int(samples));
+            record.offer(columns::Slot::Samples, int(samples));
         }
         record.offer_source(source);
         for (device, figure, value) in self.device_numbers() {
             if let Some(&index) = indices.get(device) {
-                record.offer_device(index, read::DeviceFigure::ALL[figure], value);
+                record.offer_device(index, columns::DeviceFigure::ALL[figure], value);
             }
         }
     }

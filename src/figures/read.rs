@@ -7,7 +7,7 @@
 use opentelemetry_proto::tonic::common::v1::any_value::Value as ProtoValue;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 
-use super::columns::TRACED;
+use super::columns::{DeviceFigure, Slot, TRACED};
 use crate::names::{attribute as attr, span as span_name};
 use crate::record::{DeviceFigures, Memory, Role, SpanRecord};
 use crate::util::time::unix_nanos;
@@ -18,38 +18,6 @@ enum Attr<'a> {
     Int(i64),
     Str(&'a str),
     Other,
-}
-
-/// Where an integer attribute lands in a record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Slot {
-    GpuStart,
-    GpuPeak,
-    GpuEnd,
-    ProcessStart,
-    ProcessPeak,
-    ProcessEnd,
-    HostStart,
-    HostPeak,
-    HostEnd,
-    AllocatedPeak,
-    ReservedPeak,
-    Samples,
-    Epoch,
-    Step,
-}
-
-/// One figure of one device (`gpu.<i>.memory.<figure>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DeviceFigure {
-    Start,
-    Peak,
-    End,
-}
-
-impl DeviceFigure {
-    /// In the order of [`device_keys`](super::device_keys): start, end, peak.
-    pub(crate) const ALL: [Self; 3] = [Self::Start, Self::End, Self::Peak];
 }
 
 /// The slot of an integer key, from the attribute table and the span's own indices.
