@@ -24,7 +24,7 @@ pub struct Run {
     pub summary: RunSummary,
     /// The batch-size fit, when steps carry at least two batch sizes: the run's own
     /// (see [`RunSummary::batch_fit`]).
-    pub fit: Option<crate::BatchFit>,
+    pub fit: Option<crate::diagnose::BatchFit>,
 }
 
 impl Run {

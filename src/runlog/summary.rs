@@ -45,7 +45,7 @@ pub struct RunSummary {
     pub notes: Vec<String>,
     /// The batch-size fit of the run's steps, as [`Telemetry::batch_fit`](crate::Telemetry::batch_fit)
     /// gives it: read back from a run directory, fitted to the limits the run recorded.
-    pub batch_fit: Option<crate::BatchFit>,
+    pub batch_fit: Option<crate::diagnose::BatchFit>,
 }
 
 /// Builds the per-epoch table from closed spans, in the order they ended. The one rule for

@@ -55,6 +55,6 @@ impl Builder {
 /// Resolves the builder's diagnosis settings against the environment.
 pub(crate) fn resolve(
     code: &settings::DiagnoseCode,
-) -> Result<settings::DiagnoseSettings, crate::InitError> {
+) -> Result<settings::DiagnoseSettings, crate::error::InitError> {
     settings::resolve(code, crate::config::layered::process_var)
 }

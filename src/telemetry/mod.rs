@@ -168,7 +168,7 @@ impl Telemetry {
     /// The batch-size fit over the step spans exported so far (flushed first): step peak
     /// memory as fixed + per-sample bytes × `batch_size`. `None` until steps with at
     /// least two batch sizes were exported, or when disabled.
-    pub fn batch_fit(&self) -> Option<crate::BatchFit> {
+    pub fn batch_fit(&self) -> Option<crate::diagnose::BatchFit> {
         let _ = self.flush();
         self.inner.as_ref()?.diagnosis.batch_fit()
     }
