@@ -18,6 +18,16 @@ mod grpc;
 mod http;
 use crate::error::InitError;
 
+/// A resolved header that cannot go on the wire.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HeaderError {
+    #[error("'{0}' is not a valid header name")]
+    Name(String),
+    #[error("the value of header '{0}' is not valid (printable ASCII only)")]
+    Value(String),
+}
+
 /// The private runtime that drives OTLP exports: one worker thread, `gpuspan-export`.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, InitError> {
     tokio::runtime::Builder::new_multi_thread()
