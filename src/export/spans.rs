@@ -1,196 +1,67 @@
-//! The span processor: a bounded queue, its own export thread, retry with backoff, and
-//! exact accounting.
+//! The span processor: the SDK's spans through the export queue.
 //!
 //! `on_end` runs on the training thread: it takes the span's memory figures handed over by
-//! the layer, and pushes both onto a channel. Nothing else happens there: no I/O, no lock
+//! the layer, and pushes both onto the queue. Nothing else happens there: no I/O, no lock
 //! but the channel's, no write to stderr.
 //!
-//! The export thread turns figures into attributes, passes every span through the taps
-//! (summary, durations, diagnosis, pictures), and keeps the spans that wait for the
-//! destination in one bounded buffer. A failed export keeps its spans and is retried with
-//! exponential backoff, as the OpenTelemetry Collector's queued retry does, while new spans
-//! keep arriving. The queue's size bounds the spans that wait, in the channel and in the
-//! buffer together; near it the oldest waiting spans are given up to make room, and a span
-//! that ends while the queue is full (the export thread has not made room yet) is refused.
-//! The one export in progress holds at most [`most_in_flight`] spans more (and the
-//! exporter's copy of them). Every span is counted either way, so `delivered + lost ==
-//! produced` at shutdown.
-//!
-//! Flushes and shutdowns may arrive while another is running (a signal's flush, then the
-//! program's own shutdown on its way out): each waits for the same drain and is answered
-//! when the buffer is empty or its own deadline has passed; a shutdown is answered last.
+//! On the queue's thread, [`SpanIntake`] turns figures into attributes and passes every
+//! span through the taps (summary, durations, diagnosis, pictures) before it waits for the
+//! exporter; see [`super::queue`] for the buffering, retries and accounting.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, TryRecvError};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry::Context;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
 use super::health::ExportHealth;
+use super::queue::{Accept, Backlog, Queue, QueueConfig, Transport};
 use super::returns::{Returned, Returns};
+use super::sink::Exporter;
 use super::tap::SpanTap;
 use crate::runlog::SpanRecord;
 use crate::sampler::Shared;
 use crate::span::SpanFigures;
 
-/// Queue sizes and timings.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct QueueConfig {
-    /// Spans that may wait for the destination, in the channel and in the buffer together.
-    pub(crate) capacity: usize,
-    /// Spans per export request.
-    pub(crate) batch: usize,
-    /// Longest wait before a partial batch is sent.
-    pub(crate) delay: Duration,
-    /// First retry delay; doubles up to `max_backoff`.
-    pub(crate) backoff: Duration,
-    pub(crate) max_backoff: Duration,
-}
-
-impl Default for QueueConfig {
-    fn default() -> Self {
-        Self {
-            capacity: crate::config::DEFAULT_EXPORT_QUEUE,
-            batch: 512,
-            delay: Duration::from_millis(500),
-            backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-        }
-    }
-}
-
-/// Where a batch goes: an OTLP exporter driven by a runtime, or a local writer.
-pub(crate) enum Sink<E> {
-    /// Sends on the runtime, so the export thread keeps taking spans while it waits.
-    Remote(Arc<E>, tokio::runtime::Handle),
-    /// Writes on the export thread (a file, standard output, or nowhere).
-    Local(E),
-}
-
-/// What the export thread is sent. Spans travel by value: a box would be allocated on the
-/// training thread and freed on the export thread, the allocator's slowest path.
-#[allow(clippy::large_enum_variant, reason = "by value on purpose, see above")]
-enum Message {
-    Span(SpanData, Option<SpanFigures>),
-    Resource(Resource),
-    Flush(mpsc::SyncSender<OTelSdkResult>, Duration),
-    Shutdown(mpsc::SyncSender<OTelSdkResult>, Duration),
-}
-
-/// The span processor: a channel to the export thread.
+/// The span processor: a queue to the export thread.
 #[derive(Debug)]
 pub(crate) struct QueueProcessor {
-    sender: mpsc::Sender<Message>,
+    queue: Queue<(SpanData, Option<SpanFigures>)>,
     returns: Arc<Returns>,
-    /// The export thread, woken for a full batch or a request; it wakes by itself for a
-    /// partial batch, so most spans cost the training thread no system call.
-    worker: std::thread::Thread,
-    wake_every: usize,
-    /// Spans in the channel, not yet through the taps.
-    queued: Arc<AtomicUsize>,
-    /// Spans waiting (in the channel and the buffer); never above `capacity`.
-    held: Arc<AtomicUsize>,
-    capacity: usize,
-    /// Above `capacity - room`, the export thread gives up the oldest waiting spans, so a
-    /// span that ends finds room rather than being refused.
-    room: usize,
-    health: Arc<ExportHealth>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    closed: AtomicBool,
     flush_timeout: Duration,
 }
 
 impl QueueProcessor {
     /// Starts the export thread.
     pub(crate) fn start<E: SpanExporter + 'static>(
-        sink: Sink<E>,
+        sink: Transport<E>,
         config: QueueConfig,
         health: Arc<ExportHealth>,
         taps: Vec<Box<dyn SpanTap>>,
         flush_timeout: Duration,
         shared: Arc<Shared>,
     ) -> std::io::Result<Self> {
-        let (sender, receiver) = mpsc::channel();
-        let queued = Arc::new(AtomicUsize::new(0));
-        let held = Arc::new(AtomicUsize::new(0));
         let returns = Arc::new(Returns::default());
-        // Woken before the channel can fill, with a queue smaller than a batch too.
-        let wake_every = config.batch.min(config.capacity / 2).max(1);
-        let room = (config.capacity / 8).min(wake_every);
-        let mut worker = Worker {
-            sink,
-            config,
-            queued: Arc::clone(&queued),
-            held: Arc::clone(&held),
-            room,
-            health: Arc::clone(&health),
-            waiting: VecDeque::new(),
-            in_flight: None,
-            retry_at: None,
-            backoff: config.backoff,
+        let intake = SpanIntake {
             taps,
             attributes: Vec::new(),
             shared,
             returns: Arc::clone(&returns),
             returned: Vec::new(),
         };
-        let thread = std::thread::Builder::new()
-            .name("gpuspan-spans".into())
-            .spawn(move || {
-                super::silence_tracing();
-                super::background_priority();
-                worker.run(&receiver);
-            })?;
+        let queue = Queue::start("gpuspan-spans", sink.map(Exporter), intake, config, health)?;
         Ok(Self {
-            sender,
+            queue,
             returns,
-            worker: thread.thread().clone(),
-            wake_every,
-            queued,
-            held,
-            capacity: config.capacity,
-            room,
-            health,
-            thread: Mutex::new(Some(thread)),
-            closed: AtomicBool::new(false),
             flush_timeout,
         })
     }
 
     /// Spans ended but not yet through the taps.
     pub(crate) fn backlog(&self) -> Backlog {
-        Backlog {
-            queued: Arc::clone(&self.queued),
-            worker: Some(self.worker.clone()),
-        }
-    }
-
-    /// Sends a request and wakes the export thread for it.
-    fn send(&self, message: Message) -> bool {
-        let sent = self.sender.send(message).is_ok();
-        self.worker.unpark();
-        sent
-    }
-
-    fn request(
-        &self,
-        make: impl FnOnce(mpsc::SyncSender<OTelSdkResult>, Duration) -> Message,
-        timeout: Duration,
-    ) -> OTelSdkResult {
-        let (reply, answer) = mpsc::sync_channel(1);
-        if !self.send(make(reply, timeout)) {
-            return Err(OTelSdkError::AlreadyShutdown);
-        }
-        // The worker answers by the deadline; the slack covers one local write.
-        answer
-            .recv_timeout(timeout + Duration::from_millis(500))
-            .map_err(|_| OTelSdkError::Timeout(timeout))?
+        self.queue.backlog()
     }
 }
 
@@ -203,139 +74,24 @@ impl SpanProcessor for QueueProcessor {
         if !span.span_context.is_sampled() {
             return;
         }
-        self.health.produced(1);
-        if self.closed.load(Ordering::Relaxed) {
-            self.health.lost(1, "the span ended after shutdown");
-            return;
-        }
-        let held = self.held.fetch_add(1, Ordering::Relaxed);
-        if held >= self.capacity {
-            self.held.fetch_sub(1, Ordering::Relaxed);
-            self.health.lost(1, self.health.overflow_reason());
-            // So it gives up the oldest and makes room for the next span.
-            self.worker.unpark();
-            return;
-        }
-        let queued = self.queued.fetch_add(1, Ordering::Relaxed);
-        if self.sender.send(Message::Span(span, figures)).is_err() {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            self.held.fetch_sub(1, Ordering::Relaxed);
-            self.health.lost(1, "the export thread has stopped");
-            return;
-        }
-        if (queued + 1) % self.wake_every == 0 || held + 1 >= self.capacity - self.room {
-            self.worker.unpark();
-        }
+        self.queue.push((span, figures), 1);
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.request(Message::Flush, self.flush_timeout)
+        self.queue.flush(self.flush_timeout)
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        if self.closed.swap(true, Ordering::Relaxed) {
-            return Err(OTelSdkError::AlreadyShutdown);
-        }
-        let result = self.request(Message::Shutdown, timeout);
-        if result.is_ok() {
-            if let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) {
-                let _ = thread.join();
-            }
-        }
-        result
+        self.queue.shutdown(timeout)
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        self.send(Message::Resource(resource.clone()));
+        self.queue.set_resource(resource.clone());
     }
 }
 
-impl Drop for QueueProcessor {
-    /// Dropped without a shutdown: the export thread, maybe parked until its next batch
-    /// delay, delivers what it can in a short while and stops (as when its channel closes).
-    fn drop(&mut self) {
-        if !self.closed.swap(true, Ordering::Relaxed) {
-            let (reply, _) = mpsc::sync_channel(1);
-            self.send(Message::Shutdown(reply, Duration::from_secs(1)));
-        }
-    }
-}
-
-/// The spans ended but not yet through the taps, and a way to have them taken now.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Backlog {
-    queued: Arc<AtomicUsize>,
-    worker: Option<std::thread::Thread>,
-}
-
-impl Backlog {
-    /// Wakes the export thread and waits, at most until `by`, for every ended span to
-    /// have passed the taps.
-    pub(crate) fn settle(&self, by: Instant) {
-        if let Some(worker) = &self.worker {
-            worker.unpark();
-        }
-        while self.queued.load(Ordering::Relaxed) > 0 && Instant::now() < by {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// [`Backlog::settle`] for async code (the Prometheus endpoint's runtime).
-    #[cfg(feature = "prometheus")]
-    pub(crate) async fn settled(&self, by: Instant) {
-        if let Some(worker) = &self.worker {
-            worker.unpark();
-        }
-        while self.queued.load(Ordering::Relaxed) > 0 && Instant::now() < by {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-}
-
-/// An export in progress: its spans stay here (the exporter has copies) until the
-/// destination accepts them, and go back to the front of the buffer if it does not.
-struct InFlight {
-    spans: Arc<Vec<SpanData>>,
-    result: tokio::task::JoinHandle<OTelSdkResult>,
-}
-
-/// A flush or shutdown waiting for the buffer to empty.
-struct Drain {
-    reply: mpsc::SyncSender<OTelSdkResult>,
-    deadline: Instant,
-    shutdown: bool,
-}
-
-impl Drain {
-    fn new(reply: mpsc::SyncSender<OTelSdkResult>, timeout: Duration, shutdown: bool) -> Self {
-        let now = Instant::now();
-        Self {
-            reply,
-            deadline: now
-                .checked_add(timeout)
-                .unwrap_or(now + Duration::from_secs(86_400)),
-            shutdown,
-        }
-    }
-}
-
-/// The export thread's state.
-struct Worker<E> {
-    sink: Sink<E>,
-    config: QueueConfig,
-    queued: Arc<AtomicUsize>,
-    /// Spans waiting; the export thread lowers it as spans leave for the destination or are
-    /// given up.
-    held: Arc<AtomicUsize>,
-    /// See [`QueueProcessor`]'s field of that name.
-    room: usize,
-    health: Arc<ExportHealth>,
-    /// Spans received and not yet sent, oldest first.
-    waiting: VecDeque<SpanData>,
-    in_flight: Option<InFlight>,
-    /// After a failed export: no new attempt before this.
-    retry_at: Option<Instant>,
-    backoff: Duration,
+/// The export thread's work on each span before it waits for the exporter.
+struct SpanIntake {
     taps: Vec<Box<dyn SpanTap>>,
     attributes: Vec<opentelemetry::KeyValue>,
     /// The sampler's device list and keys, held here rather than by every span: a count
@@ -347,155 +103,12 @@ struct Worker<E> {
     returned: Vec<Returned>,
 }
 
-/// How often the worker looks at an export in progress.
-const POLL: Duration = Duration::from_millis(2);
+impl Accept for SpanIntake {
+    type Input = (SpanData, Option<SpanFigures>);
+    type Item = SpanData;
 
-impl<E: SpanExporter + 'static> Worker<E> {
-    fn run(&mut self, receiver: &mpsc::Receiver<Message>) {
-        let mut deadline = Instant::now() + self.config.delay;
-        // Flushes and shutdowns not yet answered, in the order they came.
-        let mut drains: Vec<Drain> = Vec::new();
-        // The channel may hold more than was taken last time.
-        let mut more = true;
-        loop {
-            let now = Instant::now();
-            let wait = if self.in_flight.is_some() || !drains.is_empty() {
-                POLL
-            } else {
-                let until = match self.retry_at {
-                    Some(retry) if !self.waiting.is_empty() => retry,
-                    _ => deadline,
-                };
-                until.saturating_duration_since(now).max(POLL)
-            };
-            if !more {
-                // Woken early by a full batch or a flush, shutdown or new resource.
-                std::thread::park_timeout(wait);
-            }
-            // Take what is queued, up to a batch, before looking at exports: under a
-            // steady flood the channel is never empty, and the exports must still go out.
-            more = false;
-            for taken in 1..=self.config.batch {
-                match receiver.try_recv() {
-                    Ok(message) => {
-                        self.handle(message, &mut drains);
-                        more = taken == self.config.batch;
-                    }
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        if !drains.iter().any(|d| d.shutdown) {
-                            // The processor was dropped without a shutdown: deliver what
-                            // can be delivered in a short while, then stop.
-                            let reply = mpsc::sync_channel(1).0;
-                            drains.push(Drain::new(reply, Duration::from_secs(1), true));
-                        }
-                        break;
-                    }
-                }
-            }
-            self.poll_in_flight();
-            let now = Instant::now();
-            let due = now >= deadline || !drains.is_empty();
-            if self.waiting.len() >= self.config.batch || (due && !self.waiting.is_empty()) {
-                self.try_export(now);
-            }
-            if now >= deadline {
-                deadline = now + self.config.delay;
-            }
-            self.health.warn_once();
-            if !drains.is_empty() && self.answer_due(&mut drains, now) {
-                // Spans that ended while shutting down: counted, not dropped silently.
-                let late = receiver
-                    .try_iter()
-                    .filter(|m| matches!(m, Message::Span(..)))
-                    .count();
-                self.held.fetch_sub(late, Ordering::Relaxed);
-                self.health
-                    .lost(late as u64, "the span ended during shutdown");
-                return;
-            }
-        }
-    }
-
-    fn handle(&mut self, message: Message, drains: &mut Vec<Drain>) {
-        match message {
-            Message::Span(span, figures) => {
-                self.accept(span, figures);
-                // After the taps: a backlog of zero means every ended span was seen by them.
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-            }
-            Message::Resource(resource) => match &mut self.sink {
-                Sink::Remote(exporter, _) => {
-                    if let Some(exporter) = Arc::get_mut(exporter) {
-                        exporter.set_resource(&resource);
-                    }
-                }
-                Sink::Local(exporter) => exporter.set_resource(&resource),
-            },
-            Message::Flush(reply, timeout) => {
-                drains.push(Drain::new(reply, timeout, false));
-                // A flush does not wait for a backoff to end.
-                self.retry_at = None;
-            }
-            Message::Shutdown(reply, timeout) => {
-                drains.push(Drain::new(reply, timeout, true));
-                self.retry_at = None;
-            }
-        }
-    }
-
-    /// Answers every request that is due: all of them once nothing waits, else those past
-    /// their own deadline. Flushes are answered before a shutdown, which also answers any
-    /// flush still waiting; returns `true` when the thread should stop.
-    fn answer_due(&mut self, drains: &mut Vec<Drain>, now: Instant) -> bool {
-        let empty = self.waiting.is_empty() && self.in_flight.is_none();
-        let mut shutdown = None;
-        let mut index = 0;
-        while index < drains.len() {
-            if !empty && drains[index].deadline > now {
-                index += 1;
-                continue;
-            }
-            let drain = drains.remove(index);
-            if !drain.shutdown {
-                self.answer_flush(drain);
-            } else if shutdown.is_none() {
-                shutdown = Some(drain);
-            } else {
-                let _ = drain.reply.send(Err(OTelSdkError::AlreadyShutdown));
-            }
-        }
-        let Some(shutdown) = shutdown else {
-            return false;
-        };
-        for flush in drains.drain(..) {
-            self.answer_flush(flush);
-        }
-        self.finish_shutdown(shutdown);
-        true
-    }
-
-    /// Answers a flush: done when nothing is left to send.
-    fn answer_flush(&mut self, drain: Drain) {
-        self.flush_taps();
-        let result = if self.left() == 0 {
-            match &self.sink {
-                Sink::Local(exporter) => exporter.force_flush(),
-                Sink::Remote(..) => Ok(()),
-            }
-        } else {
-            Err(OTelSdkError::Timeout(Duration::ZERO))
-        };
-        let _ = drain.reply.send(result);
-    }
-
-    /// Spans not yet delivered: waiting, and in the export in progress.
-    fn left(&self) -> usize {
-        self.waiting.len() + self.in_flight.as_ref().map_or(0, |f| f.spans.len())
-    }
-
-    /// Adds the span's memory attributes, shows it to every tap, and buffers it.
-    fn accept(&mut self, mut span: SpanData, figures: Option<SpanFigures>) {
+    /// Adds the span's memory attributes and shows it to every tap.
+    fn accept(&mut self, (mut span, figures): Self::Input) -> SpanData {
         let mut record = (!self.taps.is_empty()).then(|| SpanRecord::from_span_data(&span));
         if let Some(mut figures) = figures {
             // Allocator peaks the program recorded on the span itself (the Python package's
@@ -536,128 +149,10 @@ impl<E: SpanExporter + 'static> Worker<E> {
         if let Some(record) = &record {
             each_tap(&mut self.taps, |tap| tap.on_span(&mut span, record));
         }
-        self.waiting.push_back(span);
-        self.give_up_overflow();
+        span
     }
 
-    /// Near the queue's size, gives up the oldest waiting spans so that a span that ends
-    /// finds room (those of an export in progress are not waiting: they may still be
-    /// delivered).
-    fn give_up_overflow(&mut self) {
-        let limit = self.config.capacity - self.room;
-        let held = self.held.load(Ordering::Relaxed);
-        let over = held.saturating_sub(limit).min(self.waiting.len());
-        if over == 0 {
-            return;
-        }
-        self.waiting.drain(..over);
-        self.held.fetch_sub(over, Ordering::Relaxed);
-        self.health.lost(over as u64, self.health.overflow_reason());
-    }
-
-    /// Starts (remote) or performs (local) one export of the oldest waiting spans.
-    fn try_export(&mut self, now: Instant) {
-        if self.in_flight.is_some() || self.retry_at.is_some_and(|at| now < at) {
-            return;
-        }
-        let most = match self.sink {
-            Sink::Remote(..) => most_in_flight(&self.config),
-            Sink::Local(_) => self.config.batch,
-        };
-        let count = self.waiting.len().min(most);
-        if count == 0 {
-            return;
-        }
-        match &self.sink {
-            Sink::Remote(exporter, runtime) => {
-                let spans: Arc<Vec<SpanData>> = Arc::new(self.waiting.drain(..count).collect());
-                // No longer waiting: counted again if they come back after a failure.
-                self.held.fetch_sub(count, Ordering::Relaxed);
-                let shared = Arc::clone(&spans);
-                let exporter = Arc::clone(exporter);
-                let result = runtime.spawn(async move {
-                    // Copied where the copy is encoded and freed, so no allocation crosses
-                    // threads for it.
-                    let batch = shared.to_vec();
-                    drop(shared);
-                    exporter.export(batch).await
-                });
-                self.in_flight = Some(InFlight { spans, result });
-            }
-            Sink::Local(exporter) => {
-                let batch: Vec<SpanData> = self.waiting.drain(..count).collect();
-                let result = super::block_on(None, exporter.export(batch));
-                // A local write that fails (disk full) is not retried: the spans are lost.
-                self.held.fetch_sub(count, Ordering::Relaxed);
-                match result {
-                    Ok(()) => self.health.delivered(count as u64),
-                    Err(error) => self.health.lost(count as u64, &error.to_string()),
-                }
-            }
-        }
-    }
-
-    /// Looks at the export in progress: delivered spans leave the buffer; a failure keeps
-    /// them and schedules a retry.
-    fn poll_in_flight(&mut self) {
-        let Some(in_flight) = self.in_flight.as_mut() else {
-            return;
-        };
-        if !in_flight.result.is_finished() {
-            return;
-        }
-        let Some(InFlight { spans, result }) = self.in_flight.take() else {
-            return;
-        };
-        let result = match futures_now(result) {
-            Ok(result) => result,
-            Err(panic) => Err(OTelSdkError::InternalFailure(panic)),
-        };
-        match result {
-            Ok(()) => {
-                self.health.delivered(spans.len() as u64);
-                self.retry_at = None;
-                self.backoff = self.config.backoff;
-            }
-            Err(error) => {
-                self.health.failed(&error.to_string());
-                self.retry_at = Some(Instant::now() + self.backoff);
-                self.backoff = (self.backoff * 2).min(self.config.max_backoff);
-                // Back in front, in order: they are still the oldest.
-                let spans = Arc::try_unwrap(spans).unwrap_or_else(|shared| shared.to_vec());
-                self.held.fetch_add(spans.len(), Ordering::Relaxed);
-                for span in spans.into_iter().rev() {
-                    self.waiting.push_front(span);
-                }
-                self.give_up_overflow();
-            }
-        }
-    }
-
-    /// Answers the shutdown: what is left is counted lost and the exporter shut down.
-    fn finish_shutdown(&mut self, drain: Drain) {
-        self.flush_taps();
-        let left = self.left();
-        if let Some(in_flight) = self.in_flight.take() {
-            in_flight.result.abort();
-        }
-        self.held.fetch_sub(self.waiting.len(), Ordering::Relaxed);
-        self.health.lost(
-            left as u64,
-            "the destination did not accept them before the shutdown timeout",
-        );
-        self.waiting.clear();
-        let result = match &mut self.sink {
-            Sink::Local(exporter) => exporter.shutdown(),
-            Sink::Remote(exporter, _) => match Arc::get_mut(exporter) {
-                Some(exporter) => exporter.shutdown(),
-                None => Ok(()),
-            },
-        };
-        let _ = drain.reply.send(result);
-    }
-
-    fn flush_taps(&mut self) {
+    fn flush(&mut self) {
         each_tap(&mut self.taps, |tap| tap.flush());
     }
 }
@@ -684,18 +179,6 @@ fn each_tap(taps: &mut Vec<Box<dyn SpanTap>>, mut call: impl FnMut(&mut dyn Span
     }
 }
 
-/// The most spans one export request takes: a backlog goes out in larger requests (up to
-/// four batches, about 2 MiB of OTLP), so a collector's round trip does not cap the rate;
-/// and at most half the queue, so a small queue keeps room for the newest spans.
-pub(crate) fn most_in_flight(config: &QueueConfig) -> usize {
-    (config.batch * 4).min(config.capacity / 2).max(1)
-}
-
-/// The output of a finished task.
-fn futures_now<T: Send>(handle: tokio::task::JoinHandle<T>) -> Result<T, String> {
-    super::block_on(None, handle).map_err(|e| format!("the export task failed: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -707,8 +190,9 @@ mod tests {
     use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
     use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks, SpanProcessor};
 
-    use super::{QueueConfig, QueueProcessor, Sink};
+    use super::{QueueConfig, QueueProcessor};
     use crate::export::health::ExportHealth;
+    use crate::export::queue::{most_in_flight, Transport};
     use crate::export::tap::SpanTap;
     use crate::runlog::SpanRecord;
 
@@ -805,7 +289,7 @@ mod tests {
         };
         let health = Arc::new(ExportHealth::new("test".into(), "span"));
         let processor = QueueProcessor::start(
-            Sink::Local(destination),
+            Transport::Local(destination),
             config(20_000),
             Arc::clone(&health),
             vec![Box::new(SlowTap)],
@@ -816,7 +300,7 @@ mod tests {
         let produced = flood(&processor, Duration::from_millis(400));
         let during = got.load(Ordering::Relaxed);
         assert!(
-            processor.backlog().queued.load(Ordering::Relaxed) > 0,
+            processor.backlog().len() > 0,
             "the flood must outrun the export thread for this test to mean anything"
         );
         assert!(
@@ -849,7 +333,7 @@ mod tests {
             });
             let health = Arc::new(ExportHealth::new("test".into(), "span"));
             let processor = QueueProcessor::start(
-                Sink::Remote(destination, runtime.handle().clone()),
+                Transport::Remote(destination, runtime.handle().clone()),
                 config(200),
                 Arc::clone(&health),
                 Vec::new(),
@@ -915,7 +399,7 @@ mod tests {
         });
         let health = Arc::new(ExportHealth::new("test".into(), "span"));
         let processor = QueueProcessor::start(
-            Sink::Remote(destination, runtime.handle().clone()),
+            Transport::Remote(destination, runtime.handle().clone()),
             config(capacity),
             Arc::clone(&health),
             taps,
@@ -1037,8 +521,8 @@ mod tests {
             most = most.max(Arc::strong_count(&marker) - 1);
         }
         // The spans waiting, plus the request in progress and the exporter's copy of it.
-        let bound = capacity + 2 * super::most_in_flight(&config(capacity));
-        assert_eq!(super::most_in_flight(&config(capacity)), 4 * batch);
+        let bound = capacity + 2 * most_in_flight(&config(capacity));
+        assert_eq!(most_in_flight(&config(capacity)), 4 * batch);
         assert!(
             most <= bound,
             "{most} spans were alive at once with a queue of {capacity} (bound {bound})"
@@ -1089,7 +573,7 @@ mod tests {
         let (before, after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let health = Arc::new(ExportHealth::new("test".into(), "span"));
         let processor = QueueProcessor::start(
-            Sink::Local(destination),
+            Transport::Local(destination),
             config(1000),
             Arc::clone(&health),
             vec![
