@@ -72,6 +72,10 @@ pub(crate) enum SinkError {
     /// The OpenTelemetry exporter failed.
     #[error(transparent)]
     Exporter(#[from] OTelSdkError),
+    /// A forwarded request was not accepted.
+    #[cfg(feature = "collect")]
+    #[error(transparent)]
+    Request(#[from] super::otlp::request::RequestError),
     /// A line could not be written (a file in the run directory, standard output).
     #[error("cannot write the line: {0}")]
     Write(#[from] std::io::Error),

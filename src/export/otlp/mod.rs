@@ -16,6 +16,8 @@ use crate::config::{Compression, OtlpTarget, Protocol};
 mod grpc;
 #[cfg(feature = "otlp-http")]
 mod http;
+#[cfg(feature = "collect")]
+pub(crate) mod request;
 use crate::error::InitError;
 
 /// A resolved header that cannot go on the wire.
