@@ -12,7 +12,7 @@
 //! is several times its protobuf size, so each is measured as decoded (every vector's and
 //! string's capacity). A request that does not fit is refused with HTTP 503 and
 //! `Retry-After`, or gRPC `UNAVAILABLE`, which OTLP exporters retry; it is counted in
-//! [`CollectStats::requests_refused`].
+//! [`CollectStats::requests_refused`]. [`queued_bytes`] gives a request's share.
 //!
 //! Forwarding goes through the same export queue as the SDK's spans (retry with
 //! exponential backoff, exact accounting): the byte bound is the admission rule in front of
@@ -37,22 +37,17 @@ mod tree;
 
 use std::net::SocketAddr;
 
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
 pub use builder::CollectorBuilder;
 pub use collector::Collector;
 pub use enrich::RESOLUTION_ATTRIBUTE;
 pub use run::{run, RunOutcome};
 
-/// The collector's timeline and enrichment without the servers, for the benchmarks.
+/// The collector's timeline and enrichment without the servers, for the benchmarks; not
+/// part of the API.
 #[doc(hidden)]
-pub mod __bench {
-    pub use super::bench::Timeline;
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-
-    /// Bytes a decoded trace request holds, as the forward queue counts it.
-    pub fn queued_bytes(request: &ExportTraceServiceRequest) -> usize {
-        super::size::traces(request)
-    }
-}
+pub use bench::Timeline as __BenchTimeline;
 
 /// The default gRPC address: the OTLP port, on loopback.
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:4317";
@@ -135,4 +130,11 @@ pub struct CollectStats {
     /// gRPC `UNAVAILABLE`). Their senders keep and resend them, so their spans are not
     /// counted as received.
     pub requests_refused: u64,
+}
+
+/// Bytes a decoded trace request holds, as the forward queue counts it against
+/// [`CollectorBuilder::max_queue_bytes`]: for sizing the bound to the requests a program
+/// sends.
+pub fn queued_bytes(request: &ExportTraceServiceRequest) -> usize {
+    size::traces(request)
 }
