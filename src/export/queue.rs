@@ -335,3 +335,114 @@ impl Backlog {
         self.queued.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{Accept, Queue, QueueConfig, Transport};
+    use crate::export::health::ExportHealth;
+    use crate::export::sink::{Sink, SinkError, Undelivered};
+
+    /// Items that stand for `n` accounted units each, as a request of `n` spans does.
+    struct Requests;
+
+    impl Accept for Requests {
+        type Input = u64;
+        type Item = u64;
+        fn accept(&mut self, units: u64) -> u64 {
+            units
+        }
+        fn units(units: &u64) -> u64 {
+            *units
+        }
+    }
+
+    /// Takes the first item of a batch, then fails the rest once (to be retried) or for
+    /// good (`refuse`); counts every unit it took.
+    struct Destination {
+        fail_once: AtomicBool,
+        refuse: bool,
+        got: Arc<AtomicU64>,
+    }
+
+    impl Sink for Destination {
+        type Item = u64;
+
+        fn units(units: &u64) -> u64 {
+            *units
+        }
+
+        async fn send(&self, batch: Arc<Vec<u64>>) -> Result<(), Undelivered> {
+            let failing = self.refuse || self.fail_once.swap(false, Ordering::Relaxed);
+            let taken = if failing { &batch[..1] } else { &batch[..] };
+            self.got
+                .fetch_add(taken.iter().sum::<u64>(), Ordering::Relaxed);
+            if !failing || batch.len() == 1 {
+                return Ok(());
+            }
+            Err(Undelivered {
+                delivered: 1,
+                retry: !self.refuse,
+                error: SinkError::Write(std::io::Error::other("refused")),
+            })
+        }
+    }
+
+    fn run(refuse: bool) -> (crate::export::health::ExportCounts, u64) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let got = Arc::new(AtomicU64::new(0));
+        let sink = Destination {
+            fail_once: AtomicBool::new(true),
+            refuse,
+            got: Arc::clone(&got),
+        };
+        let health = Arc::new(ExportHealth::new("test".into(), "span"));
+        let config = QueueConfig {
+            capacity: 100,
+            batch: 4,
+            backoff: Duration::from_millis(10),
+            ..QueueConfig::default()
+        };
+        let queue = Queue::start(
+            "test-queue",
+            Transport::Remote(Arc::new(sink), runtime.handle().clone()),
+            Requests,
+            config,
+            Arc::clone(&health),
+        )
+        .expect("the queue's thread starts");
+        for units in 1..=10 {
+            queue.push(units, units);
+        }
+        let _ = queue.flush(Duration::from_secs(10));
+        queue
+            .shutdown(Duration::from_secs(10))
+            .expect("the queue shuts down");
+        (health.counts(), got.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn a_partly_delivered_batch_counts_each_unit_once_and_retries_only_the_rest() {
+        let (counts, got) = run(false);
+        assert_eq!(counts.produced, 55);
+        assert_eq!(counts.delivered, 55, "{counts:?}");
+        assert_eq!(counts.lost, 0);
+        assert_eq!(got, 55, "an item taken once is not sent again");
+    }
+
+    #[test]
+    fn what_the_destination_refuses_for_good_is_counted_lost_in_units() {
+        let (counts, got) = run(true);
+        assert_eq!(counts.produced, 55);
+        assert_eq!(counts.delivered, got, "{counts:?}");
+        assert!(counts.lost > 0, "{counts:?}");
+        assert_eq!(counts.delivered + counts.lost, 55, "{counts:?}");
+    }
+}
