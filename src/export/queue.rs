@@ -78,23 +78,13 @@ pub(crate) enum Transport<S> {
 }
 
 impl<S> Transport<S> {
-    /// The same transport around another sink.
-    pub(crate) fn map<T>(self, wrap: impl FnOnce(S) -> T) -> Transport<T> {
+    /// The same transport around another sink, made from this one's (shared) sink.
+    pub(crate) fn map<T>(self, wrap: impl FnOnce(Arc<S>) -> T) -> Transport<T> {
         match self {
-            Self::Remote(sink, runtime) => match Arc::try_unwrap(sink) {
-                Ok(sink) => Transport::Remote(Arc::new(wrap(sink)), runtime),
-                // Not shared before the queue starts; if it were, nothing is sent twice.
-                Err(_) => unreachable_shared(),
-            },
-            Self::Local(sink) => Transport::Local(wrap(sink)),
+            Self::Remote(sink, runtime) => Transport::Remote(Arc::new(wrap(sink)), runtime),
+            Self::Local(sink) => Transport::Local(wrap(Arc::new(sink))),
         }
     }
-}
-
-#[cold]
-fn unreachable_shared<T>() -> T {
-    // A sink handed to a queue is its own; `map` is called before any clone exists.
-    std::process::abort()
 }
 
 /// What the queue's thread does with a pushed value before it waits for the sink.

@@ -84,9 +84,10 @@ pub(crate) enum SinkError {
     Task(#[from] tokio::task::JoinError),
 }
 
-/// An OpenTelemetry span exporter as a sink.
+/// An OpenTelemetry span exporter as a sink (its own until the queue starts, so the
+/// resource reaches it).
 #[derive(Debug)]
-pub(crate) struct Exporter<E>(pub(crate) E);
+pub(crate) struct Exporter<E>(pub(crate) Arc<E>);
 
 impl<E: SpanExporter + 'static> Sink for Exporter<E> {
     type Item = SpanData;
@@ -99,7 +100,9 @@ impl<E: SpanExporter + 'static> Sink for Exporter<E> {
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        self.0.set_resource(resource);
+        if let Some(exporter) = Arc::get_mut(&mut self.0) {
+            exporter.set_resource(resource);
+        }
     }
 
     fn flush(&self) -> OTelSdkResult {
