@@ -50,9 +50,10 @@ struct Enrichment {
 
 impl Accept for Enrichment {
     type Input = Received;
+    type Extra = ();
     type Item = Queued<ExportTraceServiceRequest>;
 
-    fn accept(&mut self, received: Received) -> Self::Item {
+    fn accept(&mut self, received: Received, (): ()) -> Self::Item {
         let Received { mut held, enrich } = received;
         if enrich {
             self.catch_up(held.request());
@@ -96,9 +97,10 @@ struct Pass;
 
 impl Accept for Pass {
     type Input = Held<ExportMetricsServiceRequest>;
+    type Extra = ();
     type Item = Queued<ExportMetricsServiceRequest>;
 
-    fn accept(&mut self, held: Self::Input) -> Self::Item {
+    fn accept(&mut self, held: Self::Input, (): ()) -> Self::Item {
         Arc::new(held)
     }
 
@@ -184,7 +186,7 @@ impl Forwarding {
     pub(crate) fn traces(&self, request: ExportTraceServiceRequest, room: OwnedSemaphorePermit) {
         let spans = span_count(&request);
         let held = Held::new(request, Some(room));
-        self.traces.push(Received { held, enrich: true }, spans);
+        self.traces.push(Received { held, enrich: true }, (), spans);
     }
 
     /// Queues spans the collector made itself, with their memory already on them.
@@ -197,13 +199,14 @@ impl Forwarding {
                 held,
                 enrich: false,
             },
+            (),
             spans,
         );
     }
 
     /// Queues a received metrics request holding `room`.
     pub(crate) fn metrics(&self, request: ExportMetricsServiceRequest, room: OwnedSemaphorePermit) {
-        self.metrics.push(Held::new(request, Some(room)), 1);
+        self.metrics.push(Held::new(request, Some(room)), (), 1);
     }
 
     /// Forwards what is queued, for up to `drain` (both signals at once); what is left is

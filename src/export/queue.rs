@@ -91,10 +91,13 @@ impl<S> Transport<S> {
 pub(crate) trait Accept: Send + 'static {
     /// What producers push.
     type Input: Send + 'static;
+    /// What travels with it (the SDK: a span's memory figures), as a second field of the
+    /// channel's message, so the producer moves each into the message once.
+    type Extra: Send + 'static;
     /// What waits and is sent.
     type Item: Send + Sync + 'static;
     /// Turns a pushed value into a waiting item, on the queue's thread.
-    fn accept(&mut self, input: Self::Input) -> Self::Item;
+    fn accept(&mut self, input: Self::Input, extra: Self::Extra) -> Self::Item;
     /// The accounted items a pushed value stands for, as [`Queue::push`] was told.
     fn units(_input: &Self::Input) -> u64 {
         1
@@ -106,8 +109,8 @@ pub(crate) trait Accept: Send + 'static {
 /// What the queue's thread is sent. Items travel by value: a box would be allocated on the
 /// producing thread and freed on the queue's thread, the allocator's slowest path.
 #[allow(clippy::large_enum_variant, reason = "by value on purpose, see above")]
-pub(super) enum Message<I> {
-    Item(I),
+pub(super) enum Message<I, X> {
+    Item(I, X),
     Resource(Resource),
     Flush(mpsc::SyncSender<OTelSdkResult>, Duration),
     Shutdown(mpsc::SyncSender<OTelSdkResult>, Duration),
@@ -115,8 +118,8 @@ pub(super) enum Message<I> {
 
 /// The producers' side of a queue.
 #[derive(Debug)]
-pub(crate) struct Queue<I> {
-    sender: mpsc::Sender<Message<I>>,
+pub(crate) struct Queue<I, X = ()> {
+    sender: mpsc::Sender<Message<I, X>>,
     /// The queue's thread, woken for a full batch or a request; it wakes by itself for a
     /// partial batch, so most items cost the producer no system call.
     worker: std::thread::Thread,
@@ -134,7 +137,7 @@ pub(crate) struct Queue<I> {
     closed: AtomicBool,
 }
 
-impl<I: Send + 'static> Queue<I> {
+impl<I: Send + 'static, X: Send + 'static> Queue<I, X> {
     /// Starts the queue's thread, `name`.
     pub(crate) fn start<A, S>(
         name: &str,
@@ -144,7 +147,7 @@ impl<I: Send + 'static> Queue<I> {
         health: Arc<ExportHealth>,
     ) -> std::io::Result<Self>
     where
-        A: Accept<Input = I>,
+        A: Accept<Input = I, Extra = X>,
         S: Sink<Item = A::Item>,
     {
         let (sender, receiver) = mpsc::channel();
@@ -186,11 +189,13 @@ impl<I: Send + 'static> Queue<I> {
     }
 }
 
-impl<I> Queue<I> {
-    /// Queues `item`, which stands for `units` accounted items, or counts them lost when
-    /// the queue is full or shut down. Never blocks, never writes.
-    #[inline]
-    pub(crate) fn push(&self, item: I, units: u64) {
+impl<I, X> Queue<I, X> {
+    /// Queues `item` with `extra`, which stand for `units` accounted items, or counts them
+    /// lost when
+    /// the queue is full or shut down. Never blocks, never writes. Inlined into the
+    /// producer, so the item is moved into the channel's message without another copy.
+    #[inline(always)]
+    pub(crate) fn push(&self, item: I, extra: X, units: u64) {
         self.health.produced(units);
         if self.closed.load(Ordering::Relaxed) {
             self.health
@@ -206,7 +211,7 @@ impl<I> Queue<I> {
             return;
         }
         let queued = self.queued.fetch_add(1, Ordering::Relaxed);
-        if self.sender.send(Message::Item(item)).is_err() {
+        if self.sender.send(Message::Item(item, extra)).is_err() {
             self.queued.fetch_sub(1, Ordering::Relaxed);
             self.held.fetch_sub(1, Ordering::Relaxed);
             self.health.lost(units, self.health.reason(Loss::Stopped));
@@ -259,7 +264,7 @@ impl<I> Queue<I> {
     }
 
     /// Sends a request and wakes the queue's thread for it.
-    fn send(&self, message: Message<I>) -> bool {
+    fn send(&self, message: Message<I, X>) -> bool {
         let sent = self.sender.send(message).is_ok();
         self.worker.unpark();
         sent
@@ -267,7 +272,7 @@ impl<I> Queue<I> {
 
     fn request(
         &self,
-        make: impl FnOnce(mpsc::SyncSender<OTelSdkResult>, Duration) -> Message<I>,
+        make: impl FnOnce(mpsc::SyncSender<OTelSdkResult>, Duration) -> Message<I, X>,
         timeout: Duration,
     ) -> OTelSdkResult {
         let (reply, answer) = mpsc::sync_channel(1);
@@ -281,7 +286,7 @@ impl<I> Queue<I> {
     }
 }
 
-impl<I> Drop for Queue<I> {
+impl<I, X> Drop for Queue<I, X> {
     /// Dropped without a shutdown: the queue's thread, maybe parked until its next batch
     /// delay, delivers what it can in a short while and stops (as when its channel closes).
     fn drop(&mut self) {
@@ -341,8 +346,9 @@ mod tests {
 
     impl Accept for Requests {
         type Input = u64;
+        type Extra = ();
         type Item = u64;
-        fn accept(&mut self, units: u64) -> u64 {
+        fn accept(&mut self, units: u64, (): ()) -> u64 {
             units
         }
         fn units(units: &u64) -> u64 {
@@ -409,7 +415,7 @@ mod tests {
         )
         .expect("the queue's thread starts");
         for units in 1..=10 {
-            queue.push(units, units);
+            queue.push(units, (), units);
         }
         let _ = queue.flush(Duration::from_secs(10));
         queue

@@ -28,7 +28,7 @@ use crate::span::SpanFigures;
 /// The span processor: a queue to the export thread.
 #[derive(Debug)]
 pub(crate) struct QueueProcessor {
-    queue: Queue<(SpanData, Option<SpanFigures>)>,
+    queue: Queue<SpanData, Option<SpanFigures>>,
     returns: Arc<Returns>,
     flush_timeout: Duration,
 }
@@ -74,7 +74,7 @@ impl SpanProcessor for QueueProcessor {
         if !span.span_context.is_sampled() {
             return;
         }
-        self.queue.push((span, figures), 1);
+        self.queue.push(span, figures, 1);
     }
 
     fn force_flush(&self) -> OTelSdkResult {
@@ -104,11 +104,12 @@ struct SpanIntake {
 }
 
 impl Accept for SpanIntake {
-    type Input = (SpanData, Option<SpanFigures>);
+    type Input = SpanData;
+    type Extra = Option<SpanFigures>;
     type Item = SpanData;
 
     /// Adds the span's memory attributes and shows it to every tap.
-    fn accept(&mut self, (mut span, figures): Self::Input) -> SpanData {
+    fn accept(&mut self, mut span: SpanData, figures: Option<SpanFigures>) -> SpanData {
         let mut record = (!self.taps.is_empty()).then(|| SpanRecord::from_span_data(&span));
         if let Some(mut figures) = figures {
             // Allocator peaks the program recorded on the span itself (the Python package's

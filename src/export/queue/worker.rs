@@ -88,7 +88,7 @@ impl<A: Accept, S: Sink<Item = A::Item>> Worker<A, S> {
         }
     }
 
-    pub(super) fn run(&mut self, receiver: &mpsc::Receiver<Message<A::Input>>) {
+    pub(super) fn run(&mut self, receiver: &mpsc::Receiver<Message<A::Input, A::Extra>>) {
         let mut deadline = Instant::now() + self.config.delay;
         // Flushes and shutdowns not yet answered, in the order they came.
         let mut drains: Vec<Drain> = Vec::new();
@@ -148,10 +148,10 @@ impl<A: Accept, S: Sink<Item = A::Item>> Worker<A, S> {
     }
 
     /// Items pushed while shutting down: counted, not dropped silently.
-    fn count_late(&self, receiver: &mpsc::Receiver<Message<A::Input>>) {
+    fn count_late(&self, receiver: &mpsc::Receiver<Message<A::Input, A::Extra>>) {
         let (mut late, mut lost) = (0, 0);
         for message in receiver.try_iter() {
-            if let Message::Item(input) = message {
+            if let Message::Item(input, _) = message {
                 late += 1;
                 lost += A::units(&input);
             }
@@ -161,10 +161,10 @@ impl<A: Accept, S: Sink<Item = A::Item>> Worker<A, S> {
         health.lost(lost, health.reason(Loss::DuringShutdown));
     }
 
-    fn handle(&mut self, message: Message<A::Input>, drains: &mut Vec<Drain>) {
+    fn handle(&mut self, message: Message<A::Input, A::Extra>, drains: &mut Vec<Drain>) {
         match message {
-            Message::Item(input) => {
-                let item = self.accept.accept(input);
+            Message::Item(input, extra) => {
+                let item = self.accept.accept(input, extra);
                 self.waiting.push_back(item);
                 self.give_up_overflow();
                 // After the accept step: a backlog of zero means every pushed item passed.
