@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use gpuspan::collect::__bench::Timeline;
+use gpuspan::collect::__BenchTimeline as Timeline;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 

@@ -40,7 +40,7 @@ fn exports_are_answered_at_once_and_undeliverable_spans_are_counted() {
     let holds: u64 = 1024;
     let decoded: ExportTraceServiceRequest =
         prost::Message::decode(&prost::Message::encode_to_vec(&request(0))[..]).unwrap();
-    let each = gpuspan::collect::__bench::queued_bytes(&decoded);
+    let each = gpuspan::collect::queued_bytes(&decoded);
     let collector = gpuspan::collect::Collector::builder()
         .max_queue_bytes(each * holds as usize)
         .grpc_addr(None)

@@ -152,7 +152,7 @@ fn sixteen_mib_requests_past_the_queue_get_retry_later_and_rss_stays_bounded() {
     let bound = gpuspan::collect::DEFAULT_MAX_QUEUE_BYTES as u64;
     // Besides the queue, what one request in flight holds while it is read, decoded and
     // queued or refused (the test sends one at a time): its body and its decoded form.
-    let in_flight = body.len() as u64 + gpuspan::collect::__bench::queued_bytes(&request) as u64;
+    let in_flight = body.len() as u64 + gpuspan::collect::queued_bytes(&request) as u64;
     let allowance = in_flight + SLACK;
     let limit = baseline + bound + allowance;
     eprintln!(

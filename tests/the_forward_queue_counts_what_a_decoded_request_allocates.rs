@@ -87,7 +87,7 @@ fn allocated_and_measured(encoded: &[u8]) -> (usize, usize, usize) {
     let decoded: ExportTraceServiceRequest = prost::Message::decode(encoded).unwrap();
     let allocated =
         LIVE.load(Ordering::Relaxed) - before + std::mem::size_of::<ExportTraceServiceRequest>();
-    let measured = gpuspan::collect::__bench::queued_bytes(&decoded);
+    let measured = gpuspan::collect::queued_bytes(&decoded);
     (allocated, measured, encoded.len())
 }
 

@@ -27,11 +27,11 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use tokio::sync::mpsc;
 use tonic::codec::CompressionEncoding;
 
+use super::budget::{give_back_memory, Budget};
 use super::decode::{self, Format, Rejection};
-use super::forward::{give_back_memory, span_count, Budget, Counters, Item, Queued};
+use super::pipeline::{Counters, Forwarding};
 use super::size;
 
 /// Seconds a refused sender is asked to wait before it sends again.
@@ -40,10 +40,9 @@ pub(crate) const RETRY_AFTER_SECS: u32 = 2;
 /// Where received requests go.
 #[derive(Clone)]
 pub(crate) struct Intake {
-    pub(crate) queue: mpsc::UnboundedSender<Queued>,
+    pub(crate) forwarding: Arc<Forwarding>,
     /// The queue's room in decoded bytes.
     pub(crate) budget: Budget,
-    pub(crate) counters: Arc<Counters>,
     /// Largest request body, compressed or not.
     pub(crate) limit: usize,
 }
@@ -61,16 +60,7 @@ impl Intake {
             give_back_memory(bytes);
             return Err(Full);
         };
-        let spans = span_count(&request);
-        let c = &self.counters;
-        c.spans_received.fetch_add(spans, Ordering::Relaxed);
-        let queued = Queued {
-            item: Item::Traces(request),
-            room: Some(room),
-        };
-        if self.queue.send(queued).is_err() {
-            c.spans_dropped.fetch_add(spans, Ordering::Relaxed);
-        }
+        self.forwarding.traces(request, room);
         Ok(())
     }
 
@@ -82,15 +72,7 @@ impl Intake {
             give_back_memory(bytes);
             return Err(Full);
         };
-        let c = &self.counters;
-        c.metric_requests_received.fetch_add(1, Ordering::Relaxed);
-        let queued = Queued {
-            item: Item::Metrics(request),
-            room: Some(room),
-        };
-        if self.queue.send(queued).is_err() {
-            c.metric_requests_dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        self.forwarding.metrics(request, room);
         Ok(())
     }
 
@@ -99,7 +81,8 @@ impl Intake {
     }
 
     fn full(&self) -> Full {
-        self.counters
+        self.forwarding
+            .counters
             .requests_refused
             .fetch_add(1, Ordering::Relaxed);
         Full
@@ -145,7 +128,8 @@ impl Intake {
     }
 
     fn reject(&self, format: Format, rejection: &Rejection) -> Response {
-        self.counters
+        self.forwarding
+            .counters
             .requests_rejected
             .fetch_add(1, Ordering::Relaxed);
         let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::BAD_REQUEST);
@@ -311,7 +295,7 @@ pub(crate) fn router(intake: Intake) -> Router {
             .max_decoding_message_size(limit),
     )
     .into_axum_router();
-    let counters = Arc::clone(&intake.counters);
+    let counters = Arc::clone(&intake.forwarding.counters);
     Router::new()
         .route("/v1/traces", post(http_traces))
         .route("/v1/metrics", post(http_metrics))

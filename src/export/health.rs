@@ -24,6 +24,22 @@ pub(crate) struct ExportHealth {
     failing: AtomicBool,
 }
 
+/// What [`ExportTally::spans`] counts.
+const SPAN: &str = "span";
+
+/// How a queue that stops loses items.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Loss {
+    /// Pushed after the queue was shut down.
+    AfterShutdown,
+    /// Pushed while the shutdown was being answered.
+    DuringShutdown,
+    /// The queue's thread is gone.
+    Stopped,
+    /// Still waiting when the shutdown's deadline passed.
+    ShutdownTimeout,
+}
+
 /// A snapshot of the counts: `delivered + lost + pending == produced`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExportCounts {
@@ -59,7 +75,7 @@ impl ExportTally {
 
     /// Spans produced, delivered and lost.
     pub fn spans(&self) -> ExportCounts {
-        self.of("span")
+        self.of(SPAN)
     }
 
     /// Metric data points produced, delivered and lost.
@@ -123,9 +139,27 @@ impl ExportHealth {
     pub(crate) fn overflow_reason(&self) -> &'static str {
         if self.failing.load(Ordering::Relaxed) {
             "the destination was unreachable for longer than the export queue holds"
-        } else {
+        } else if self.item == SPAN {
             "the spans came faster than the destination took them, for longer than the \
              export queue holds"
+        } else {
+            "they came faster than the destination took them, for longer than the export \
+             queue holds"
+        }
+    }
+
+    /// Why items are lost to the queue stopping, in words that name the item.
+    pub(crate) fn reason(&self, loss: Loss) -> &'static str {
+        let span = self.item == SPAN;
+        match loss {
+            Loss::AfterShutdown if span => "the span ended after shutdown",
+            Loss::AfterShutdown => "it arrived after shutdown",
+            Loss::DuringShutdown if span => "the span ended during shutdown",
+            Loss::DuringShutdown => "it arrived during shutdown",
+            Loss::Stopped => "the export thread has stopped",
+            Loss::ShutdownTimeout => {
+                "the destination did not accept them before the shutdown timeout"
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 //! Getting spans and metric points out of the process without slowing the training thread:
-//! a bounded span queue drained by its own thread, OTLP exporters driven by a private tokio
+//! a bounded queue drained by its own thread (for the SDK's spans and the collector's
+//! forwarded requests alike), OTLP exporters driven by a private tokio
 //! runtime, the run directory's OTLP/JSON files, and a count of everything that was lost.
 
 pub(crate) mod health;
@@ -10,6 +11,8 @@ pub(crate) mod otlp;
 pub(crate) mod prometheus;
 pub(crate) mod queue;
 mod returns;
+pub(crate) mod sink;
+pub(crate) mod spans;
 pub(crate) mod tap;
 
 use std::future::Future;

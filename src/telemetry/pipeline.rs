@@ -15,7 +15,8 @@ use crate::export::health::ExportHealth;
 use crate::export::jsonl::{JsonlMetricExporter, JsonlSpanExporter, Lines, NullSpanExporter};
 use crate::export::metrics::CountingMetricExporter;
 use crate::export::otlp;
-use crate::export::queue::{QueueConfig, QueueProcessor, Sink};
+use crate::export::queue::{QueueConfig, Transport};
+use crate::export::spans::QueueProcessor;
 use crate::export::tap::SpanTap;
 use crate::runlog;
 
@@ -82,7 +83,7 @@ impl Pipes<'_> {
             Destination::None => {
                 let health = self.health("nowhere (OTEL_TRACES_EXPORTER=none)".into(), "span");
                 QueueProcessor::start(
-                    Sink::Local(NullSpanExporter),
+                    Transport::Local(NullSpanExporter),
                     queue,
                     health,
                     taps,
@@ -94,14 +95,21 @@ impl Pipes<'_> {
                 let handle = self.runtime()?;
                 let exporter = otlp::span_exporter(target, &handle)?;
                 let health = self.health(target.endpoint.clone(), "span");
-                let sink = Sink::Remote(Arc::new(exporter), handle);
+                let sink = Transport::Remote(Arc::new(exporter), handle);
                 QueueProcessor::start(sink, queue, health, taps, timeout, shared)
             }
             Destination::RunDir | Destination::Console => {
                 let (lines, name) = self.lines(destination, runlog::TRACES_FILE)?;
                 let health = self.health(name, "span");
                 let exporter = JsonlSpanExporter::new(lines, resource);
-                QueueProcessor::start(Sink::Local(exporter), queue, health, taps, timeout, shared)
+                QueueProcessor::start(
+                    Transport::Local(exporter),
+                    queue,
+                    health,
+                    taps,
+                    timeout,
+                    shared,
+                )
             }
         };
         let processor = processor.map_err(spawn_error)?;

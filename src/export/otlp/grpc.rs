@@ -2,17 +2,18 @@
 
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 
+use super::HeaderError;
 use crate::config::OtlpTarget;
 
 /// The resolved headers as gRPC metadata.
-pub(super) fn metadata(target: &OtlpTarget) -> Result<MetadataMap, String> {
+pub(super) fn metadata(target: &OtlpTarget) -> Result<MetadataMap, HeaderError> {
     let mut map = MetadataMap::new();
     for (key, value) in &target.headers {
-        let key = MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
-            .map_err(|_| format!("'{key}' is not a valid header name"))?;
-        let value = MetadataValue::try_from(value.as_str())
-            .map_err(|_| format!("the value of header '{key}' is not valid ASCII"))?;
-        map.insert(key, value);
+        let name = MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
+            .map_err(|_| HeaderError::Name(key.clone()))?;
+        let value =
+            MetadataValue::try_from(value.as_str()).map_err(|_| HeaderError::Value(key.clone()))?;
+        map.insert(name, value);
     }
     Ok(map)
 }

@@ -10,6 +10,7 @@ use http::header::{HeaderName, HeaderValue, CONTENT_ENCODING};
 use http::{Request, Response};
 use opentelemetry_http::{HttpClient, HttpError};
 
+use super::HeaderError;
 use crate::config::{Compression, OtlpTarget};
 
 /// See the module docs.
@@ -21,29 +22,37 @@ pub(super) struct WireClient {
 }
 
 impl WireClient {
-    pub(super) fn new(target: &OtlpTarget) -> Result<Self, String> {
+    pub(super) fn new(target: &OtlpTarget) -> Result<Self, ClientError> {
         let client = reqwest::Client::builder()
             .timeout(target.timeout)
             .connect_timeout(target.timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|e| e.to_string())?;
+            .build()?;
         let headers = target
             .headers
             .iter()
             .map(|(key, value)| {
                 let name = HeaderName::from_bytes(key.as_bytes())
-                    .map_err(|_| format!("'{key}' is not a valid header name"))?;
-                let value = HeaderValue::from_str(value)
-                    .map_err(|_| format!("the value of header '{key}' is not valid"))?;
+                    .map_err(|_| HeaderError::Name(key.clone()))?;
+                let value =
+                    HeaderValue::from_str(value).map_err(|_| HeaderError::Value(key.clone()))?;
                 Ok((name, value))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, HeaderError>>()?;
         Ok(Self {
             client,
             headers,
             gzip: target.compression == Compression::Gzip,
         })
     }
+}
+
+/// Why the HTTP client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientError {
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    #[error("cannot build the HTTP client: {0}")]
+    Build(#[from] reqwest::Error),
 }
 
 #[async_trait::async_trait]

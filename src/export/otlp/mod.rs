@@ -16,7 +16,19 @@ use crate::config::{Compression, OtlpTarget, Protocol};
 mod grpc;
 #[cfg(feature = "otlp-http")]
 mod http;
+#[cfg(feature = "collect")]
+pub(crate) mod request;
 use crate::error::InitError;
+
+/// A resolved header that cannot go on the wire.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HeaderError {
+    #[error("'{0}' is not a valid header name")]
+    Name(String),
+    #[error("the value of header '{0}' is not valid (printable ASCII only)")]
+    Value(String),
+}
 
 /// The private runtime that drives OTLP exports: one worker thread, `gpuspan-export`.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, InitError> {

@@ -1,0 +1,619 @@
+//! The span processor: the SDK's spans through the export queue.
+//!
+//! `on_end` runs on the training thread: it takes the span's memory figures handed over by
+//! the layer, and pushes both onto the queue. Nothing else happens there: no I/O, no lock
+//! but the channel's, no write to stderr.
+//!
+//! On the queue's thread, [`SpanIntake`] turns figures into attributes and passes every
+//! span through the taps (summary, durations, diagnosis, pictures) before it waits for the
+//! exporter; see [`super::queue`] for the buffering, retries and accounting.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::Context;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use opentelemetry_sdk::Resource;
+
+use super::health::ExportHealth;
+use super::queue::{Accept, Backlog, Queue, QueueConfig, Transport};
+use super::returns::{Returned, Returns};
+use super::sink::Exporter;
+use super::tap::SpanTap;
+use crate::figures::{RecordBuilder, SpanFigures};
+use crate::names::attribute as attr;
+use crate::sampler::Shared;
+
+/// The span processor: a queue to the export thread.
+#[derive(Debug)]
+pub(crate) struct QueueProcessor {
+    queue: Queue<SpanData, Option<SpanFigures>>,
+    returns: Arc<Returns>,
+    flush_timeout: Duration,
+}
+
+impl QueueProcessor {
+    /// Starts the export thread.
+    pub(crate) fn start<E: SpanExporter + 'static>(
+        sink: Transport<E>,
+        config: QueueConfig,
+        health: Arc<ExportHealth>,
+        taps: Vec<Box<dyn SpanTap>>,
+        flush_timeout: Duration,
+        shared: Arc<Shared>,
+    ) -> std::io::Result<Self> {
+        let returns = Arc::new(Returns::default());
+        let intake = SpanIntake {
+            taps,
+            attributes: Vec::new(),
+            shared,
+            returns: Arc::clone(&returns),
+            returned: Vec::new(),
+        };
+        let queue = Queue::start("gpuspan-spans", sink.map(Exporter), intake, config, health)?;
+        Ok(Self {
+            queue,
+            returns,
+            flush_timeout,
+        })
+    }
+
+    /// Spans ended but not yet through the taps.
+    pub(crate) fn backlog(&self) -> Backlog {
+        self.queue.backlog()
+    }
+}
+
+impl SpanProcessor for QueueProcessor {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        let figures = crate::layer::closing();
+        self.returns.free_some();
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        self.queue.push(span, figures, 1);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.queue.flush(self.flush_timeout)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.queue.shutdown(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.queue.set_resource(resource.clone());
+    }
+}
+
+/// The export thread's work on each span before it waits for the exporter.
+struct SpanIntake {
+    taps: Vec<Box<dyn SpanTap>>,
+    attributes: Vec<opentelemetry::KeyValue>,
+    /// The sampler's device list and keys, held here rather than by every span: a count
+    /// shared by the training thread and this one would move between their cores twice
+    /// per span.
+    shared: Arc<Shared>,
+    /// Replaced attribute lists go back to be freed where they were allocated.
+    returns: Arc<Returns>,
+    returned: Vec<Returned>,
+}
+
+impl Accept for SpanIntake {
+    type Input = SpanData;
+    type Extra = Option<SpanFigures>;
+    type Item = SpanData;
+
+    /// Adds the span's memory attributes and shows it to every tap.
+    fn accept(&mut self, mut span: SpanData, figures: Option<SpanFigures>) -> SpanData {
+        let mut record = (!self.taps.is_empty()).then(|| RecordBuilder::from_span_data(&span));
+        if let Some(mut figures) = figures {
+            // Allocator peaks the program recorded on the span itself (the Python package's
+            // exact per-span peaks) win over the pushed counters' watermark.
+            let has = |key: &str| span.attributes.iter().any(|kv| kv.key.as_str() == key);
+            if figures.allocated_peak.is_some() && has(attr::GPU_ALLOCATOR_ALLOCATED_PEAK) {
+                figures.allocated_peak = None;
+            }
+            if figures.reserved_peak.is_some() && has(attr::GPU_ALLOCATOR_RESERVED_PEAK) {
+                figures.reserved_peak = None;
+            }
+            if let Some(record) = &mut record {
+                figures.offer_to(
+                    record,
+                    self.shared.source_name(),
+                    self.shared.device_indices(),
+                );
+            }
+            // A new list made here: growing the one the training thread allocated would
+            // take that thread's allocator lock from this one; the old one goes back there.
+            self.attributes.clear();
+            figures.attributes(
+                self.shared.source_value(),
+                self.shared.all_device_keys(),
+                &mut self.attributes,
+            );
+            let mut attributes = Vec::with_capacity(span.attributes.len() + self.attributes.len());
+            attributes.append(&mut span.attributes);
+            attributes.append(&mut self.attributes);
+            let old = std::mem::replace(&mut span.attributes, attributes);
+            self.returned.push(Returned::Attributes(old));
+            if let Some(error) = &figures.error {
+                span.status = opentelemetry::trace::Status::error(error.clone());
+                if let Some(record) = &mut record {
+                    record.error = Some(error.clone());
+                }
+            }
+            if figures.devices.capacity() > 0 {
+                self.returned
+                    .push(Returned::Devices(std::mem::take(&mut figures.devices)));
+            }
+            if self.returned.len() >= 64 {
+                self.returns.hand_back(&mut self.returned);
+            }
+        }
+        if let Some(record) = record {
+            let record = record.finish();
+            each_tap(&mut self.taps, |tap| tap.on_span(&mut span, &record));
+        }
+        span
+    }
+
+    fn flush(&mut self) {
+        each_tap(&mut self.taps, |tap| tap.flush());
+    }
+}
+
+/// Runs `call` on every tap. A tap that panics is switched off with one warning line, so
+/// the span (and every later one) is still exported and counted: a bug in a summary or a
+/// diagnosis must not stop the export thread.
+fn each_tap(taps: &mut Vec<Box<dyn SpanTap>>, mut call: impl FnMut(&mut dyn SpanTap)) {
+    let mut i = 0;
+    while i < taps.len() {
+        let tap = taps[i].as_mut();
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call(tap))).is_ok() {
+            i += 1;
+            continue;
+        }
+        let tap = taps.remove(i);
+        eprintln!(
+            "gpuspan: warning: the {} span tap panicked and is switched off; spans are still \
+             exported",
+            tap.name()
+        );
+        // Its state may be broken halfway: dropping it must not take the thread down either.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(tap)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant, SystemTime};
+
+    use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId};
+    use opentelemetry::InstrumentationScope;
+    use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks, SpanProcessor};
+
+    use super::{QueueConfig, QueueProcessor};
+    use crate::export::health::ExportHealth;
+    use crate::export::queue::{most_in_flight, Transport};
+    use crate::export::tap::SpanTap;
+    use crate::record::SpanRecord;
+
+    fn span(i: u64) -> SpanData {
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(1_u128),
+                SpanId::from(i + 1),
+                TraceFlags::SAMPLED,
+                false,
+                Default::default(),
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: "step".into(),
+            start_time: SystemTime::now(),
+            end_time: SystemTime::now(),
+            attributes: vec![opentelemetry::KeyValue::new("ml.step", i as i64)],
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: InstrumentationScope::builder("test").build(),
+        }
+    }
+
+    /// A destination that takes `pause` per export and counts what it got, or refuses.
+    #[derive(Debug, Clone)]
+    struct Destination {
+        pause: Duration,
+        refuse: bool,
+        got: Arc<AtomicU64>,
+    }
+
+    impl SpanExporter for Destination {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            std::thread::sleep(self.pause);
+            if self.refuse {
+                return Err(OTelSdkError::InternalFailure("connection refused".into()));
+            }
+            self.got.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// Makes the export thread slower per span than the producer, so its channel never
+    /// runs dry while the flood lasts.
+    struct SlowTap;
+
+    impl SpanTap for SlowTap {
+        fn on_span(&mut self, _span: &mut SpanData, _record: &SpanRecord) {
+            let until = Instant::now() + Duration::from_micros(20);
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn no_devices() -> Arc<crate::sampler::Shared> {
+        Arc::new(crate::sampler::Shared::new(
+            "none".into(),
+            Vec::new(),
+            Duration::from_millis(5),
+        ))
+    }
+
+    fn config(capacity: usize) -> QueueConfig {
+        QueueConfig {
+            capacity,
+            batch: 64,
+            ..QueueConfig::default()
+        }
+    }
+
+    /// Offers spans as fast as the thread goes for `time`; returns how many.
+    fn flood(processor: &QueueProcessor, time: Duration) -> u64 {
+        let start = Instant::now();
+        let mut produced = 0;
+        while start.elapsed() < time {
+            processor.on_end(span(produced));
+            produced += 1;
+        }
+        produced
+    }
+
+    #[test]
+    fn a_flood_of_spans_does_not_hold_back_the_exports() {
+        let got = Arc::new(AtomicU64::new(0));
+        let destination = Destination {
+            pause: Duration::from_millis(1),
+            refuse: false,
+            got: Arc::clone(&got),
+        };
+        let health = Arc::new(ExportHealth::new("test".into(), "span"));
+        let processor = QueueProcessor::start(
+            Transport::Local(destination),
+            config(20_000),
+            Arc::clone(&health),
+            vec![Box::new(SlowTap)],
+            Duration::from_secs(30),
+            no_devices(),
+        )
+        .expect("the export thread starts");
+        let produced = flood(&processor, Duration::from_millis(400));
+        let during = got.load(Ordering::Relaxed);
+        assert!(
+            processor.backlog().len() > 0,
+            "the flood must outrun the export thread for this test to mean anything"
+        );
+        assert!(
+            during >= 64,
+            "spans were delivered during the flood ({during} of {produced}): exports must \
+             not wait for the channel to run dry"
+        );
+        processor
+            .shutdown_with_timeout(Duration::from_secs(30))
+            .expect("shutdown");
+        let counts = health.counts();
+        assert_eq!(counts.produced, produced);
+        assert_eq!(counts.delivered + counts.lost, produced);
+        assert_eq!(got.load(Ordering::Relaxed), counts.delivered);
+    }
+
+    #[test]
+    fn a_full_queue_says_whether_the_destination_was_slow_or_down() {
+        for refuse in [false, true] {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let got = Arc::new(AtomicU64::new(0));
+            let destination = Arc::new(Destination {
+                pause: Duration::from_millis(20),
+                refuse,
+                got: Arc::clone(&got),
+            });
+            let health = Arc::new(ExportHealth::new("test".into(), "span"));
+            let processor = QueueProcessor::start(
+                Transport::Remote(destination, runtime.handle().clone()),
+                config(200),
+                Arc::clone(&health),
+                Vec::new(),
+                Duration::from_millis(200),
+                no_devices(),
+            )
+            .expect("the export thread starts");
+            let produced = flood(&processor, Duration::from_millis(300));
+            // Read before shutdown, whose own losses have their own reason.
+            let reason = health.last_error().unwrap_or_default();
+            // What a span given up now would be counted as.
+            let overflow = health.overflow_reason();
+            let _ = processor.shutdown_with_timeout(Duration::from_millis(200));
+            let counts = health.counts();
+            assert!(
+                counts.lost > 0,
+                "a 200-span queue under a flood loses spans"
+            );
+            assert_eq!(counts.produced, produced);
+            assert_eq!(counts.delivered + counts.lost, produced);
+            assert_eq!(got.load(Ordering::Relaxed), counts.delivered);
+            if refuse {
+                assert!(
+                    overflow.contains("unreachable"),
+                    "a refusing destination: {overflow:?}"
+                );
+                assert!(
+                    reason.contains("unreachable") || reason.contains("connection refused"),
+                    "a refusing destination: {reason:?}"
+                );
+            } else {
+                assert!(overflow.contains("came faster"), "{overflow:?}");
+                assert!(
+                    reason.contains("came faster than the destination took them"),
+                    "a slow destination is not an unreachable one: {reason:?}"
+                );
+                assert!(counts.delivered > 0);
+            }
+        }
+    }
+
+    fn remote(
+        pause: Duration,
+        refuse: bool,
+        capacity: usize,
+        taps: Vec<Box<dyn SpanTap>>,
+    ) -> (
+        tokio::runtime::Runtime,
+        QueueProcessor,
+        Arc<ExportHealth>,
+        Arc<AtomicU64>,
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let got = Arc::new(AtomicU64::new(0));
+        let destination = Arc::new(Destination {
+            pause,
+            refuse,
+            got: Arc::clone(&got),
+        });
+        let health = Arc::new(ExportHealth::new("test".into(), "span"));
+        let processor = QueueProcessor::start(
+            Transport::Remote(destination, runtime.handle().clone()),
+            config(capacity),
+            Arc::clone(&health),
+            taps,
+            Duration::from_secs(30),
+            no_devices(),
+        )
+        .expect("the export thread starts");
+        (runtime, processor, health, got)
+    }
+
+    #[test]
+    fn a_shutdown_that_arrives_during_a_flush_waits_for_it_and_loses_nothing() {
+        // 1,000 spans in requests of 256 that take 150 ms each: the flush takes about 600 ms.
+        let (_runtime, processor, health, got) =
+            remote(Duration::from_millis(150), false, 10_000, Vec::new());
+        for i in 0..1_000 {
+            processor.on_end(span(i));
+        }
+        std::thread::scope(|scope| {
+            let flush = scope.spawn(|| processor.force_flush());
+            std::thread::sleep(Duration::from_millis(100));
+            let started = Instant::now();
+            let shutdown = processor.shutdown_with_timeout(Duration::from_secs(30));
+            assert!(
+                shutdown.is_ok(),
+                "the shutdown waits for the flush's drain: {shutdown:?}"
+            );
+            assert!(
+                started.elapsed() >= Duration::from_millis(200),
+                "the shutdown was answered before the spans were delivered"
+            );
+            let flush = flush.join().expect("the flush thread");
+            assert!(flush.is_ok(), "{flush:?}");
+        });
+        let counts = health.counts();
+        assert_eq!(counts.produced, 1_000);
+        assert_eq!(counts.delivered, 1_000, "{counts:?}");
+        assert_eq!(counts.lost, 0);
+        assert_eq!(got.load(Ordering::Relaxed), 1_000);
+    }
+
+    #[test]
+    fn two_flushes_at_once_both_wait_for_every_span() {
+        let (_runtime, processor, health, got) =
+            remote(Duration::from_millis(100), false, 10_000, Vec::new());
+        for i in 0..1_000 {
+            processor.on_end(span(i));
+        }
+        std::thread::scope(|scope| {
+            let first = scope.spawn(|| processor.force_flush());
+            std::thread::sleep(Duration::from_millis(50));
+            let second = processor.force_flush();
+            assert!(second.is_ok(), "{second:?}");
+            assert_eq!(
+                got.load(Ordering::Relaxed),
+                1_000,
+                "the second flush returned before the spans were delivered"
+            );
+            let first = first.join().expect("the flush thread");
+            assert!(first.is_ok(), "{first:?}");
+        });
+        processor
+            .shutdown_with_timeout(Duration::from_secs(5))
+            .expect("shutdown");
+        assert_eq!(health.counts().delivered, 1_000);
+    }
+
+    #[test]
+    fn a_shutdown_with_a_shorter_timeout_than_a_running_flush_keeps_its_own_bound() {
+        // Refused for ever: neither request can be satisfied; each ends at its own deadline.
+        let (_runtime, processor, health, _got) =
+            remote(Duration::from_millis(5), true, 10_000, Vec::new());
+        for i in 0..100 {
+            processor.on_end(span(i));
+        }
+        std::thread::scope(|scope| {
+            let flush = scope.spawn(|| processor.force_flush());
+            std::thread::sleep(Duration::from_millis(50));
+            let started = Instant::now();
+            let _ = processor.shutdown_with_timeout(Duration::from_millis(300));
+            let took = started.elapsed();
+            assert!(
+                took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+                "the shutdown took {took:?} for a 300 ms bound"
+            );
+            // The flush is answered when the shutdown ends, not after its own 30 s.
+            assert!(flush.join().expect("the flush thread").is_err());
+        });
+        let counts = health.counts();
+        assert_eq!(counts.produced, 100);
+        assert_eq!(counts.delivered + counts.lost, 100, "{counts:?}");
+        assert_eq!(counts.lost, 100);
+    }
+
+    #[test]
+    fn the_queue_size_bounds_every_span_held_in_all() {
+        // Every span carries one reference to `marker`, so the spans alive anywhere (the
+        // channel, the buffer, an export in progress and its copy) are counted exactly.
+        let marker: Arc<str> = Arc::from("marker");
+        let capacity = 1_000;
+        let batch = config(capacity).batch;
+        let (_runtime, processor, health, _got) = remote(
+            Duration::from_millis(20),
+            true,
+            capacity,
+            vec![Box::new(SlowTap)],
+        );
+        let mut most = 0;
+        let mut produced = 0;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(400) {
+            let mut data = span(produced);
+            data.attributes.push(opentelemetry::KeyValue::new(
+                "marker",
+                opentelemetry::StringValue::from(Arc::clone(&marker)),
+            ));
+            processor.on_end(data);
+            produced += 1;
+            most = most.max(Arc::strong_count(&marker) - 1);
+        }
+        // The spans waiting, plus the request in progress and the exporter's copy of it.
+        let bound = capacity + 2 * most_in_flight(&config(capacity));
+        assert_eq!(most_in_flight(&config(capacity)), 4 * batch);
+        assert!(
+            most <= bound,
+            "{most} spans were alive at once with a queue of {capacity} (bound {bound})"
+        );
+        assert!(
+            most >= capacity / 2,
+            "the queue never filled ({most}), so the bound was not tested"
+        );
+        let _ = processor.shutdown_with_timeout(Duration::from_millis(100));
+        // On a busy machine the answer may come before the export thread has counted the
+        // last spans (its taps are slow on purpose): wait for it, within a bound.
+        let waited = Instant::now();
+        while health.counts().pending() > 0 && waited.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let counts = health.counts();
+        assert_eq!(counts.produced, produced);
+        assert_eq!(counts.delivered + counts.lost, produced, "{counts:?}");
+    }
+
+    /// Panics on the `n`th span it sees.
+    struct PanicsOn(u64, u64);
+
+    impl SpanTap for PanicsOn {
+        fn on_span(&mut self, _span: &mut SpanData, _record: &SpanRecord) {
+            self.1 += 1;
+            assert!(self.1 != self.0, "a tap bug on span {}", self.0);
+        }
+    }
+
+    /// Counts what it sees.
+    struct Counts(Arc<AtomicU64>);
+
+    impl SpanTap for Counts {
+        fn on_span(&mut self, _span: &mut SpanData, _record: &SpanRecord) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_tap_that_panics_is_switched_off_and_every_span_is_still_exported() {
+        let got = Arc::new(AtomicU64::new(0));
+        let destination = Destination {
+            pause: Duration::ZERO,
+            refuse: false,
+            got: Arc::clone(&got),
+        };
+        let (before, after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let health = Arc::new(ExportHealth::new("test".into(), "span"));
+        let processor = QueueProcessor::start(
+            Transport::Local(destination),
+            config(1000),
+            Arc::clone(&health),
+            vec![
+                Box::new(Counts(Arc::clone(&before))),
+                Box::new(PanicsOn(3, 0)),
+                Box::new(Counts(Arc::clone(&after))),
+            ],
+            Duration::from_secs(30),
+            no_devices(),
+        )
+        .expect("the export thread starts");
+        const SPANS: u64 = 10;
+        for i in 0..SPANS {
+            processor.on_end(span(i));
+        }
+        processor
+            .force_flush()
+            .expect("the export thread answers a flush");
+        for i in SPANS..2 * SPANS {
+            processor.on_end(span(i));
+        }
+        processor
+            .shutdown_with_timeout(Duration::from_secs(30))
+            .expect("shutdown");
+        let counts = health.counts();
+        assert_eq!(counts.produced, 2 * SPANS);
+        assert_eq!(counts.delivered, 2 * SPANS);
+        assert_eq!(counts.lost, 0);
+        assert_eq!(got.load(Ordering::Relaxed), 2 * SPANS);
+        assert_eq!(before.load(Ordering::Relaxed), 2 * SPANS);
+        assert_eq!(after.load(Ordering::Relaxed), 2 * SPANS);
+    }
+}
