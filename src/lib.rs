@@ -84,6 +84,7 @@ mod util;
 
 #[doc(hidden)]
 pub use macros::__private;
+#[cfg(feature = "__bench")]
 #[doc(hidden)]
 pub use timeline::__private as __timeline;
 

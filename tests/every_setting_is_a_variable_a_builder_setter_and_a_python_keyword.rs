@@ -34,7 +34,10 @@ fn every_row_has_a_name_of_its_own() {
 #[test]
 fn the_builder_has_a_setter_for_every_row_and_no_other_setting() {
     let mut setters: BTreeSet<String> = BTreeSet::new();
-    for file in ["src/telemetry/builder.rs", "src/telemetry/diagnose_setters.rs"] {
+    for file in [
+        "src/telemetry/builder.rs",
+        "src/telemetry/diagnose_setters.rs",
+    ] {
         setters.extend(setters_in(&source(file)));
     }
     // Not a setting: where memory is read from, an object rather than a value.

@@ -21,6 +21,7 @@
 //! A [`Collector`] runs on its own runtime. It can be started, shut down and dropped from
 //! async code: what blocks then runs on a thread of its own.
 
+#[cfg(feature = "__bench")]
 mod bench;
 mod budget;
 mod builder;
@@ -44,7 +45,8 @@ pub use collector::Collector;
 pub use run::{run, RunOutcome};
 
 /// The collector's timeline and enrichment without the servers, for the benchmarks; not
-/// part of the API.
+/// part of the API (feature `__bench`).
+#[cfg(feature = "__bench")]
 #[doc(hidden)]
 pub use bench::Timeline as __BenchTimeline;
 

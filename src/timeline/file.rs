@@ -242,7 +242,8 @@ impl Encoder {
 }
 
 /// Builds a timeline file from samples given in code, in the format runs write: for
-/// converters, tests and benchmarks.
+/// the benchmarks (feature `__bench`).
+#[cfg(feature = "__bench")]
 #[derive(Debug)]
 pub struct TimelineEncoder {
     encoder: Encoder,
@@ -250,6 +251,7 @@ pub struct TimelineEncoder {
     bytes: Vec<u8>,
 }
 
+#[cfg(feature = "__bench")]
 impl TimelineEncoder {
     /// A file for `devices`, its times counted from `origin_unix_nanos`.
     pub fn new(origin_unix_nanos: u64, interval_nanos: u64, devices: &[TimelineDevice]) -> Self {

@@ -10,7 +10,8 @@ pub(crate) mod file;
 pub(crate) mod store;
 pub(crate) mod writer;
 
-/// What the benches build timeline files with; not public API.
+/// What the benches build timeline files with; not public API (feature `__bench`).
+#[cfg(feature = "__bench")]
 #[doc(hidden)]
 pub mod __private {
     pub use super::file::TimelineEncoder;
