@@ -144,9 +144,11 @@ impl Script {
         self.reads.load(Ordering::SeqCst)
     }
 
-    /// Waits until the sampler has read the source `n` more times.
+    /// Waits until the sampler has read the source `n` more times and published the last
+    /// of those readings: it reads once more only after a tick is fully handed out (the
+    /// latest figures, every open span's watermark), so a span that closes next sees it.
     pub fn wait_reads(&self, n: u64) {
-        let target = self.reads() + n;
+        let target = self.reads() + n + 1;
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.reads() < target {
             assert!(Instant::now() < deadline, "the sampler stopped reading");
