@@ -63,8 +63,8 @@ pub(crate) struct SpanFigures {
     /// Per device, only with more than one device in scope.
     pub(crate) devices: Vec<Triple>,
     pub(crate) samples: Option<u64>,
-    /// The width, in nanoseconds, each figure stands for, where it is not one sampling
-    /// interval of this process's own sampler (`gpuspan collect`'s coarse levels).
+    /// The width, in nanoseconds, each figure stands for, on the spans `gpuspan collect`
+    /// enriches (its sampling interval, or the bucket width of an older window).
     pub(crate) resolution_ns: Option<u64>,
     /// Why the span failed: devices lost while it was open, or a panic.
     pub(crate) error: Option<String>,
