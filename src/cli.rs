@@ -114,6 +114,17 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    ExitCode::from(exit_status(args))
+}
+
+/// As [`main`], returning the exit status itself: `gpuspan run` passes on the command's
+/// (0 to 255, or 128 + the signal that ended it), so that a caller that is not a `main`
+/// (the Python wheel's command) can pass it on too.
+pub fn exit_status<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Report {
@@ -144,20 +155,20 @@ where
             return match crate::collect::run(&command, protocol) {
                 Ok(outcome) => {
                     eprint!("{}", outcome.summary);
-                    ExitCode::from(u8::try_from(outcome.exit_code.clamp(0, 255)).unwrap_or(1))
+                    u8::try_from(outcome.exit_code.clamp(0, 255)).unwrap_or(1)
                 }
                 Err(e) => {
                     eprintln!("gpuspan run: {e}");
-                    ExitCode::from(127)
+                    127
                 }
             };
         }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(message) => {
             eprintln!("gpuspan: {message}");
-            ExitCode::FAILURE
+            1
         }
     }
 }

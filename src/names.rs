@@ -101,6 +101,8 @@ pub mod attribute {
     pub const ML_LOCAL_RANK: &str = "ml.local_rank";
     /// Resource: how many ranks the job has.
     pub const ML_WORLD_SIZE: &str = "ml.world_size";
+    /// Resource: the id every rank of one job shares.
+    pub const ML_JOB_ID: &str = "ml.job.id";
     /// Resource: the process id.
     pub const PROCESS_PID: &str = "process.pid";
     /// Resource: the host's name.

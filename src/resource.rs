@@ -25,6 +25,9 @@ pub(crate) fn build(settings: &Settings) -> Resource {
             attributes.push(KeyValue::new(key, value));
         }
     }
+    if let Some(job) = &rank.job_id {
+        attributes.push(KeyValue::new(attr::ML_JOB_ID, job.clone()));
+    }
     for (key, value) in &settings.resource {
         attributes.push(KeyValue::new(key.clone(), value.clone()));
     }

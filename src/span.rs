@@ -99,6 +99,19 @@ impl MemorySpan {
         self.span.as_deref().unwrap_or(&NONE)
     }
 
+    /// Leaves the span without ending it, so it is never exported: for a span opened ahead
+    /// of work that never came (a program's step after its last optimizer step). The span
+    /// stops being current and its memory stops being tracked; what tracing keeps of it
+    /// (a few hundred bytes) is kept until the process ends.
+    pub fn abandon(mut self) {
+        if let Some(tracking) = self.tracking.take() {
+            tracking.watermark.close();
+        }
+        if let Some(entered) = self.span.take() {
+            std::mem::forget(entered.exit());
+        }
+    }
+
     /// Memory now and the highest so far in this span, from the sampler's latest reading
     /// (no device is read). `None` when gpuspan is not installed or the span is disabled.
     pub fn memory(&self) -> Option<SpanMemory> {

@@ -33,6 +33,7 @@ pub struct Collector {
     grpc_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
     run_dir: Option<PathBuf>,
+    run_id: String,
     forward_to: String,
 }
 
@@ -71,7 +72,9 @@ impl Collector {
         off_runtime(|| Self::start_here(options)).unwrap_or_else(|e| Err(CollectError::Runtime(e)))
     }
 
-    fn start_here(options: CollectorBuilder) -> Result<Self, CollectError> {
+    fn start_here(mut options: CollectorBuilder) -> Result<Self, CollectError> {
+        // The collector measures the node, even when started in a rank's environment.
+        options.code.whole_node = true;
         let settings = config::resolve(&options.code)?;
         let cell = Arc::new(OnceLock::new());
         let mut builder = crate::Telemetry::builder()
@@ -185,6 +188,7 @@ impl Collector {
             grpc_addr: bound[0],
             http_addr: bound[1],
             run_dir: traces_run_dir,
+            run_id: settings.run_id.clone(),
             forward_to,
         })
     }
@@ -202,6 +206,11 @@ impl Collector {
     /// The run directory written to, when spans or metrics go there.
     pub fn run_dir(&self) -> Option<&Path> {
         self.run_dir.as_deref()
+    }
+
+    /// The run's id (its directory's name, when it writes one).
+    pub fn run_id(&self) -> &str {
+        &self.run_id
     }
 
     /// Where spans are forwarded, in words.

@@ -23,6 +23,7 @@
 
 #[cfg(feature = "__bench")]
 mod bench;
+mod bootstrap;
 mod budget;
 mod builder;
 mod collector;
@@ -99,6 +100,12 @@ pub enum CollectError {
         #[source]
         source: std::io::Error,
     },
+    /// The Python bootstrap could not be written to the temporary directory.
+    #[error(
+        "cannot write the Python bootstrap to the temporary directory ({0}); set TMPDIR to a \
+         writable directory"
+    )]
+    Bootstrap(#[source] std::io::Error),
     /// A thread or runtime could not be started.
     #[error("cannot start the collector's runtime: {0}")]
     Runtime(#[source] std::io::Error),

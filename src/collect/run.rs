@@ -72,6 +72,16 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
             "TRACEPARENT",
             format!("00-{}-{}-01", hex(&trace_id), hex(&span_id)),
         );
+    // A Python command that imports torch gets step spans (see `bootstrap`); the ranks it
+    // starts share one job id.
+    let bootstrap = super::bootstrap::Bootstrap::write().map_err(CollectError::Bootstrap)?;
+    child.env(
+        "PYTHONPATH",
+        bootstrap.python_path(std::env::var_os("PYTHONPATH")),
+    );
+    if std::env::var_os("GPUSPAN_JOB_ID").is_none() {
+        child.env("GPUSPAN_JOB_ID", collector.run_id());
+    }
     if std::env::var_os("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS").is_none() {
         // The Python SDK reports `process.pid` only with its process detector; the pid
         // is what `gpu.process.memory.*` is looked up by.
@@ -90,6 +100,7 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     let forwarding = signals.and_then(|signals| forward_signals(signals, pid));
     let status = child.wait();
     let end = unix_now();
+    drop(bootstrap);
     if let Some((handle, thread)) = forwarding {
         handle.close();
         let _ = thread.join();

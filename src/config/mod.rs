@@ -47,6 +47,7 @@ pub(crate) struct CodeSettings {
     pub(crate) devices: Option<String>,
     pub(crate) run_dir: Option<PathBuf>,
     pub(crate) run_id: Option<String>,
+    pub(crate) job_id: Option<String>,
     pub(crate) endpoint: Option<String>,
     pub(crate) protocol: Option<Protocol>,
     pub(crate) headers: Vec<(String, String)>,
@@ -59,6 +60,8 @@ pub(crate) struct CodeSettings {
     pub(crate) export_queue: Option<usize>,
     pub(crate) summary: Option<bool>,
     pub(crate) flush_on_signal: Option<bool>,
+    /// Measure every device of the node even in a rank's environment (the collector).
+    pub(crate) whole_node: bool,
 }
 
 /// Launcher-provided position of this process in a distributed run.
@@ -67,6 +70,8 @@ pub(crate) struct Rank {
     pub(crate) rank: Option<i64>,
     pub(crate) local_rank: Option<i64>,
     pub(crate) world_size: Option<i64>,
+    /// The id every rank of one job shares.
+    pub(crate) job_id: Option<String>,
 }
 
 /// Every setting, resolved.
@@ -153,8 +158,9 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
         .unwrap_or_else(default_service_name);
     let sample_interval = layered(&table::SAMPLE_INTERVAL, code.sample_interval, None, env)?
         .map_or(DEFAULT_SAMPLE_INTERVAL, |(interval, _)| interval);
-    let devices = device_scope(code, env)?;
-    let rank = rank(env)?;
+    let mut rank = rank(env)?;
+    rank.job_id = job_id(code, env)?;
+    let devices = device_scope(code, rank.local_rank, env)?;
     let run_id = run_id(code, env)?;
     let metric_interval = layered(
         &table::METRIC_EXPORT_INTERVAL,
@@ -248,25 +254,55 @@ fn rank(env: Env<'_>) -> Result<Rank, InitError> {
         rank: first([RANK, SLURM_PROCID])?,
         local_rank: first([LOCAL_RANK, SLURM_LOCALID])?,
         world_size: first([WORLD_SIZE, SLURM_NTASKS])?,
+        job_id: None,
     })
 }
 
-/// Code, `GPUSPAN_DEVICES`, then `CUDA_VISIBLE_DEVICES`, else every device.
-fn device_scope(code: &CodeSettings, env: Env<'_>) -> Result<DeviceScope, InitError> {
-    let code = match &code.devices {
+/// Code, then the launcher's (`TORCHELASTIC_RUN_ID`, torchrun's rendezvous id, where `none`
+/// is its placeholder; `SLURM_JOB_ID`), then `GPUSPAN_JOB_ID`. The variable comes after the
+/// launchers because `gpuspan run` sets it: one `gpuspan run` per node of a job started
+/// by torchrun would otherwise give each node's ranks a job id of their own.
+fn job_id(code: &CodeSettings, env: Env<'_>) -> Result<Option<String>, InitError> {
+    use vars::*;
+    if let Some(id) = &code.job_id {
+        return Ok(Some(id.clone()));
+    }
+    let launcher = [TORCHELASTIC_RUN_ID, SLURM_JOB_ID]
+        .into_iter()
+        .filter_map(|name| env.raw(name))
+        .map(|id| id.trim().to_owned())
+        .find(|id| !id.is_empty() && id != "none");
+    if launcher.is_some() {
+        return Ok(launcher);
+    }
+    Ok(layered(&table::JOB_ID, None, None, env)?.map(|(id, _)| id))
+}
+
+/// Code, `GPUSPAN_DEVICES`, then `CUDA_VISIBLE_DEVICES`, else every device; without the
+/// first two, a rank (`local_rank`) measures only its own device of those.
+fn device_scope(
+    code: &CodeSettings,
+    local_rank: Option<i64>,
+    env: Env<'_>,
+) -> Result<DeviceScope, InitError> {
+    let chosen = match &code.devices {
         Some(list) => Some(table::DEVICES.read_code(list)?),
         None => None,
     };
-    if let Some((scope, _)) = layered(&table::DEVICES, code, None, env)? {
+    if let Some((scope, _)) = layered(&table::DEVICES, chosen, None, env)? {
         return Ok(scope);
     }
     // Unlike the others, an empty CUDA_VISIBLE_DEVICES means "no device".
-    match env.raw(vars::CUDA_VISIBLE_DEVICES) {
+    let visible = match env.raw(vars::CUDA_VISIBLE_DEVICES) {
         Some(list) => table::DEVICES
             .read(&list)
-            .map_err(|error| error.named(vars::CUDA_VISIBLE_DEVICES, &list).into()),
-        None => Ok(DeviceScope::all()),
-    }
+            .map_err(|error| error.named(vars::CUDA_VISIBLE_DEVICES, &list))?,
+        None => DeviceScope::all(),
+    };
+    Ok(match local_rank.and_then(|r| usize::try_from(r).ok()) {
+        Some(position) if !code.whole_node => visible.at_position(position),
+        _ => visible,
+    })
 }
 
 /// `OTEL_RESOURCE_ATTRIBUTES` (`key=value,key=value`, values percent-encoded), then code.
@@ -445,7 +481,8 @@ mod tests {
             Rank {
                 rank: Some(3),
                 local_rank: Some(1),
-                world_size: Some(8)
+                world_size: Some(8),
+                job_id: Some("job42".into()),
             }
         );
         assert_eq!(
@@ -460,6 +497,33 @@ mod tests {
         let settings = with_env(&slurm, || resolve(&CodeSettings::default())).unwrap();
         assert_eq!(settings.rank.rank, Some(5));
         assert_eq!(settings.run_id, "slurm-777");
+        assert_eq!(settings.rank.job_id.as_deref(), Some("777"));
+        // torchrun without a rendezvous id says `none`; gpuspan run's id comes next.
+        let placeholder = [("TORCHELASTIC_RUN_ID", "none"), ("GPUSPAN_JOB_ID", "run-1")];
+        let settings = with_env(&placeholder, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(settings.rank.job_id.as_deref(), Some("run-1"));
+    }
+
+    #[test]
+    fn a_rank_measures_its_own_device_unless_a_scope_is_given() {
+        let of = |env: &[(&str, &str)], code: CodeSettings| {
+            with_env(env, || resolve(&code)).unwrap().devices
+        };
+        let rank = [("LOCAL_RANK", "1"), ("CUDA_VISIBLE_DEVICES", "4,6")];
+        assert_eq!(
+            of(&rank, CodeSettings::default()),
+            DeviceScope::parse("6").unwrap()
+        );
+        let chosen = [("LOCAL_RANK", "1"), ("GPUSPAN_DEVICES", "4,6")];
+        assert_eq!(
+            of(&chosen, CodeSettings::default()),
+            DeviceScope::parse("4,6").unwrap()
+        );
+        let collector = CodeSettings {
+            whole_node: true,
+            ..CodeSettings::default()
+        };
+        assert_eq!(of(&rank, collector), DeviceScope::parse("4,6").unwrap());
     }
 
     #[test]

@@ -153,6 +153,7 @@ pub(crate) const ROWS: &[Setting] = &[
     DEVICES.setting,
     RUN_DIR.setting,
     RUN_ID.setting,
+    JOB_ID.setting,
     ENDPOINT.setting,
     PROTOCOL.setting,
     HEADERS.setting,
@@ -240,6 +241,13 @@ pub(crate) const RUN_ID: Row<String> = Row::new(
     text,
 )
 .checked(check_run_id);
+pub(crate) const JOB_ID: Row<String> = Row::new(
+    "job_id",
+    one(&[GPUSPAN_JOB_ID]),
+    "an id that every rank of the job shares",
+    "TORCHELASTIC_RUN_ID, else SLURM_JOB_ID, else this variable (gpuspan run sets it to its run id)",
+    text,
+);
 pub(crate) const ENDPOINT: Row<String> = Row::new(
     "endpoint",
     Vars::PerSignal {

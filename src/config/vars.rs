@@ -55,6 +55,8 @@ pub(crate) const GPUSPAN_RUN_ID: &str = "GPUSPAN_RUN_ID";
 /// Run ids set by launchers.
 pub(crate) const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
 pub(crate) const SLURM_JOB_ID: &str = "SLURM_JOB_ID";
+/// The job id every rank shares when no launcher gives one (`gpuspan run` sets it).
+pub(crate) const GPUSPAN_JOB_ID: &str = "GPUSPAN_JOB_ID";
 /// Serve a Prometheus scrape endpoint.
 pub(crate) const GPUSPAN_PROMETHEUS_ADDR: &str = "GPUSPAN_PROMETHEUS_ADDR";
 /// How many completed spans may wait for the destination (an outage's buffer).
@@ -125,6 +127,7 @@ pub(crate) const ALL: &[&str] = &[
     GPUSPAN_RUN_DIR,
     GPUSPAN_RUN_ID,
     TORCHELASTIC_RUN_ID,
+    GPUSPAN_JOB_ID,
     SLURM_JOB_ID,
     GPUSPAN_PROMETHEUS_ADDR,
     GPUSPAN_EXPORT_QUEUE,

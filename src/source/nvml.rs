@@ -92,6 +92,8 @@ impl NvmlSource {
                 devices.push(info);
             }
         }
+        let picked = scope.pick(handles.into_iter().zip(devices).collect());
+        let (handles, devices): (Vec<_>, Vec<_>) = picked.into_iter().unzip();
         let n = devices.len();
         Ok(Self {
             nvml,

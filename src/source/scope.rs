@@ -20,6 +20,9 @@ pub struct DeviceScopeError {
 pub struct DeviceScope {
     /// `None`: every device.
     entries: Option<Vec<DeviceId>>,
+    /// The one device of those in scope, by position, that a rank uses (`LOCAL_RANK`);
+    /// `None`, or a position past the last, keeps them all.
+    position: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +34,35 @@ enum DeviceId {
 impl DeviceScope {
     /// Every device the source sees.
     pub fn all() -> Self {
-        Self { entries: None }
+        Self {
+            entries: None,
+            position: None,
+        }
+    }
+
+    /// Of the devices in this scope, only the one at `position`, as CUDA numbers the
+    /// devices it sees: the device of the rank with `LOCAL_RANK = position`. A listed scope
+    /// (`CUDA_VISIBLE_DEVICES`) keeps its `position`-th entry; every device keeps the one at
+    /// that position in NVML's order. When there is no device at that position (ranks
+    /// sharing devices), the scope stays as it was.
+    pub fn at_position(mut self, position: usize) -> Self {
+        match &mut self.entries {
+            Some(entries) if position < entries.len() => {
+                let entry = entries.swap_remove(position);
+                *entries = vec![entry];
+            }
+            Some(_) => {}
+            None => self.position = Some(position),
+        }
+        self
+    }
+
+    /// Narrows `devices` (those in scope, in order) to the one at the scope's position.
+    pub(crate) fn pick<T>(&self, mut devices: Vec<T>) -> Vec<T> {
+        match self.position {
+            Some(position) if position < devices.len() => vec![devices.swap_remove(position)],
+            _ => devices,
+        }
     }
 
     /// Parses a comma-separated list of NVML indexes and `GPU-...` UUIDs.
@@ -62,6 +93,7 @@ impl DeviceScope {
         }
         Ok(Self {
             entries: Some(entries),
+            position: None,
         })
     }
 
@@ -108,6 +140,22 @@ mod tests {
             .unwrap()
             .includes(&device(0, "GPU-0")));
         assert!(DeviceScope::all().includes(&device(7, "GPU-7")));
+    }
+
+    #[test]
+    fn a_rank_position_picks_one_device_of_the_scope_or_keeps_all() {
+        let devices = || (0..4).map(|i| device(i, &format!("GPU-{i}"))).collect::<Vec<_>>();
+        let kept = |scope: &DeviceScope| -> Vec<u32> {
+            let inside = devices().into_iter().filter(|d| scope.includes(d)).collect();
+            scope.pick(inside).iter().map(|d| d.index).collect()
+        };
+        // CUDA's device 1 is the second entry of CUDA_VISIBLE_DEVICES, whatever its index.
+        let visible = DeviceScope::parse("3,1,2").unwrap();
+        assert_eq!(kept(&visible.clone().at_position(0)), vec![3]);
+        assert_eq!(kept(&visible.clone().at_position(1)), vec![1]);
+        assert_eq!(kept(&visible.clone().at_position(3)), vec![1, 2, 3]);
+        assert_eq!(kept(&DeviceScope::all().at_position(2)), vec![2]);
+        assert_eq!(kept(&DeviceScope::all().at_position(9)), vec![0, 1, 2, 3]);
     }
 
     #[test]

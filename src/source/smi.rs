@@ -71,7 +71,7 @@ impl SmiSource {
     pub(crate) fn open(program: &Path, scope: &DeviceScope) -> Result<Self, SmiError> {
         let text = run_query(program, TIMEOUT)?;
         let rows = parse_query_gpu(&text)?;
-        let devices = rows
+        let devices: Vec<Device> = rows
             .into_iter()
             .map(|row| Device {
                 index: row.index,
@@ -81,6 +81,7 @@ impl SmiSource {
             })
             .filter(|device| scope.includes(device))
             .collect();
+        let devices = scope.pick(devices);
         Ok(Self {
             program: program.to_path_buf(),
             devices,

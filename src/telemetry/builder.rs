@@ -98,6 +98,13 @@ impl Builder {
         self
     }
 
+    /// `ml.job.id`, which every rank of one job shares (else `TORCHELASTIC_RUN_ID`, else
+    /// `SLURM_JOB_ID`, else `GPUSPAN_JOB_ID`, which `gpuspan run` sets to its run id).
+    pub fn job_id(mut self, id: impl Into<String>) -> Self {
+        self.code.job_id = Some(id.into());
+        self
+    }
+
     /// OTLP endpoint for every signal (else `OTEL_EXPORTER_OTLP_ENDPOINT`). Setting one
     /// sends traces and metrics over OTLP instead of to the run directory.
     pub fn endpoint(mut self, url: impl Into<String>) -> Self {
