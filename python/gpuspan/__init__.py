@@ -29,6 +29,7 @@ __all__ = [
     "epoch",
     "init",
     "record_allocator",
+    "record_oom",
     "report",
     "span",
     "step",
@@ -44,6 +45,10 @@ _EPOCH, _STEP, _OTHER = 0, 1, 2
 _current = contextvars.ContextVar("gpuspan_current_span", default=None)
 
 _telemetry = None
+# Set when gpuspan run's bootstrap set gpuspan up, so that the program's own init() keeps it.
+_set_up_by_bootstrap = False
+# The parent of spans opened outside any other: TRACEPARENT's context, where set.
+_root = None
 # "auto": PyTorch's CUDA allocator once CUDA is initialised; None: off; else an Allocator.
 _allocator_choice = "auto"
 _peaks = None
@@ -66,7 +71,15 @@ def init(**settings):
     it), ``TypeError`` for an unknown keyword, ``RuntimeError`` when gpuspan is already set
     up in this process or an exporter cannot start.
     """
-    global _telemetry, _allocator_choice, _peaks
+    global _telemetry, _allocator_choice, _peaks, _root
+    if _set_up_by_bootstrap and _telemetry is not None:
+        print(
+            "gpuspan: warning: gpuspan.init() is called after gpuspan run's bootstrap set "
+            "gpuspan up for this PyTorch program; the program keeps that setup (configure "
+            "it with GPUSPAN_* and OTEL_* variables)",
+            file=sys.stderr,
+        )
+        return _telemetry
     choice = settings.pop("allocator", "auto")
     if choice is False:
         choice = None
@@ -87,11 +100,29 @@ def init(**settings):
         _exit_on_sigterm()
     first = _telemetry is None
     _telemetry = telemetry
+    _root = _traceparent()
     _allocator_choice = choice
     _peaks = PeakStack(choice) if _is_allocator(choice) else None
     if first:
         atexit.register(_shutdown_at_exit)
     return telemetry
+
+
+def _traceparent():
+    """``TRACEPARENT`` as a ``(trace_id, span_id, flags)`` parent, or ``None``: a launcher
+    (``gpuspan run``) names its span there, and the program's spans nest under it."""
+    import os
+
+    parts = os.environ.get("TRACEPARENT", "").strip().split("-")
+    if len(parts) < 4 or parts[0] == "ff":
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if len(parts[1]) != 32 or len(parts[2]) != 16 or trace_id == 0 or span_id == 0:
+        return None
+    return (trace_id, span_id, flags & 0xFF)
 
 
 def _exit_on_sigterm():
@@ -132,6 +163,14 @@ def record_allocator(allocated, reserved):
     PyTorch): spans open now record the highest values as ``gpu.allocator.allocated.peak``
     and ``gpu.allocator.reserved.peak``."""
     _native.record_allocator(allocated, reserved)
+
+
+def record_oom(message="out of memory"):
+    """Records an out-of-memory error the program caught (``torch.cuda.OutOfMemoryError``):
+    the event ``gpu.memory.oom`` on the innermost open span, and the last seconds of memory
+    with every open span in ``near-oom-<time>.json`` in the run directory. Returns once that
+    file is written (at most 5 s)."""
+    _native.record_oom(str(message))
 
 
 def _peak_stack():
@@ -175,6 +214,8 @@ class Span:
     def __enter__(self):
         # Module lookups inlined: this runs on every training step.
         mine = _current.get()
+        if mine is None:
+            mine = _root
         otel = _otel
         if otel is None and "opentelemetry.trace" in _modules:
             otel = _interop()
@@ -225,6 +266,29 @@ class Span:
                 except ValueError:  # exited in another asyncio task: nothing to undo
                     pass
         return False
+
+    def _abandon(self):
+        """Leaves the span this thread opened last without ending it: it is never exported
+        (a step opened ahead of an optimizer step that never came)."""
+        entries = self._open
+        ident = _get_ident()
+        for i in range(len(entries) - 1, -1, -1):
+            if entries[i][1] == ident:
+                break
+        else:
+            return
+        active, _, token, otel, attached, peaks, frame = entries.pop(i)
+        try:
+            if frame is not None:
+                peaks.close(frame)
+        finally:
+            active.abandon()
+            if attached is not None:
+                otel.detach(attached)
+            try:
+                _current.reset(token)
+            except ValueError:
+                pass
 
     async def __aenter__(self):
         return self.__enter__()

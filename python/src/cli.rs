@@ -2,15 +2,10 @@
 
 use pyo3::prelude::*;
 
-/// Runs `gpuspan` with `argv` (the program name first) and returns its exit status.
+/// Runs `gpuspan` with `argv` (the program name first) and returns its exit status, which
+/// for `gpuspan run` is the command's own.
 #[pyfunction]
 pub(crate) fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
-    // `watch` runs until interrupted: let other Python threads run meanwhile.
-    let code = py.detach(|| gpuspan::cli::main(argv));
-    // ExitCode has no accessor; the command returns only these two.
-    if code == std::process::ExitCode::SUCCESS {
-        0
-    } else {
-        1
-    }
+    // `watch` and `run` last until they end: let other Python threads run meanwhile.
+    i32::from(py.detach(|| gpuspan::cli::exit_status(argv)))
 }

@@ -17,6 +17,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(span::open_span, m)?)?;
     m.add_class::<span::ActiveSpan>()?;
     m.add_function(wrap_pyfunction!(span::record_allocator, m)?)?;
+    m.add_function(wrap_pyfunction!(span::record_oom, m)?)?;
     m.add_function(wrap_pyfunction!(report::read_run, m)?)?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(settings::check_settings, m)?)?;

@@ -77,6 +77,7 @@ fn setting(builder: Builder, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Bu
         "devices" => builder.devices(devices(value)?),
         "run_dir" => builder.run_dir(value.extract::<PathBuf>()?),
         "run_id" => builder.run_id(value.extract::<String>()?),
+        "job_id" => builder.job_id(value.extract::<String>()?),
         "endpoint" => builder.endpoint(value.extract::<String>()?),
         "protocol" => builder.protocol(parsed(value)?),
         "headers" => {

@@ -37,6 +37,9 @@ unsafe impl Send for OnOpeningThread {}
 /// An open gpuspan span.
 #[pyclass(frozen, module = "gpuspan")]
 pub(crate) struct ActiveSpan {
+    /// 0: epoch, 1: step, 2: any other span.
+    #[pyo3(get)]
+    kind: u8,
     thread: ThreadId,
     name: String,
     opened: Mutex<Option<OnOpeningThread>>,
@@ -99,6 +102,7 @@ pub(crate) fn open_span(
         )
     };
     Ok(ActiveSpan {
+        kind,
         thread: std::thread::current().id(),
         name: name.to_owned(),
         opened: Mutex::new(Some(OnOpeningThread(Opened {
@@ -200,6 +204,23 @@ impl ActiveSpan {
 
     /// Sets an attribute on the open span (a figure known only at the end of a step, such
     /// as the loss): bool, int, float and str as themselves, anything else as its `str()`.
+    /// Leaves the span without ending it, so that it is never exported (a step opened
+    /// ahead of an optimizer step that never came).
+    fn abandon(&self) -> PyResult<()> {
+        let here = std::thread::current().id();
+        if here != self.thread {
+            return Err(PyRuntimeError::new_err(format!(
+                "gpuspan span {:?} was opened on thread {:?}: abandon it on that thread",
+                self.name, self.thread
+            )));
+        }
+        let opened = self.opened.lock().ok().and_then(|mut o| o.take());
+        if let Some(OnOpeningThread(opened)) = opened {
+            opened.guard.abandon();
+        }
+        Ok(())
+    }
+
     fn set_attribute(&self, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let here = std::thread::current().id();
         if here != self.thread {
@@ -253,6 +274,13 @@ impl Drop for ActiveSpan {
             std::mem::forget(opened);
         }
     }
+}
+
+/// Records an out-of-memory error the program caught: `gpu.memory.oom` on the innermost
+/// open span, and the near-OOM timeline file in the run directory.
+#[pyfunction]
+pub(crate) fn record_oom(py: Python<'_>, message: String) {
+    py.detach(|| gpuspan::record_oom(&message));
 }
 
 /// Records the framework allocator's counters, in bytes: spans open now record the highest

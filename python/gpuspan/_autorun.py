@@ -1,0 +1,226 @@
+"""Spans for a PyTorch program that never imported gpuspan, under ``gpuspan run``.
+
+``gpuspan run``'s bootstrap (a ``sitecustomize``) calls :func:`arrived` once the program has
+imported ``torch``, Lightning or Transformers. For ``torch``, global optimizer hooks open one
+``step`` span per optimizer step: a step covers all the work since the previous step ended
+(data loading, forward, backward, gradient accumulation, the optimizer); the first opens at
+the first forward pass with gradients enabled. ``ml.step`` is the step's index, counting
+optimizer steps from 0. For Lightning and Transformers, their callbacks take the steps over
+(see :mod:`gpuspan._claim`).
+
+gpuspan is set up on the first step, not at import, so that a program which calls
+``gpuspan.init()`` itself keeps its settings. The step open when the program ends normally
+had no optimizer step: it is left unexported. An uncaught exception ends it with the error,
+and an out-of-memory error is recorded as ``gpu.memory.oom`` first. Nothing here changes
+what the program computes or its exit status; a failure turns the hooks off with one
+warning line.
+"""
+
+import atexit
+import os
+import sys
+
+import gpuspan
+
+from . import _claim
+from . import torch as _torch_figures
+
+_steps = None
+
+
+def arrived(name, module):
+    """``name`` was imported by the program (``module`` as its code left it)."""
+    global _steps
+    module = sys.modules.get(name, module)
+    if name == "torch":
+        if _steps is None:
+            _steps = _OptimizerSteps(module)
+    elif name in ("lightning", "pytorch_lightning"):
+        from . import lightning
+
+        lightning._auto_install(module)
+    elif name == "transformers":
+        from . import transformers
+
+        transformers._auto_install(module)
+
+
+def _warn(what, error):
+    print(
+        f"gpuspan: warning: {what} ({type(error).__name__}: {error}); the program runs on "
+        "without gpuspan's step spans",
+        file=sys.stderr,
+    )
+
+
+def ensure_set_up(torch):
+    """Sets gpuspan up for this process unless the program (or a callback) has; returns
+    whether it is set up. Under a launcher, the rank measures the device it uses."""
+    global _steps
+    if gpuspan._telemetry is not None:
+        return True
+    settings = {}
+    device = _rank_device(torch)
+    if device is not None and "GPUSPAN_DEVICES" not in os.environ:
+        settings["devices"] = device
+    try:
+        gpuspan.init(**settings)
+    except Exception as error:  # noqa: BLE001 - the program runs on
+        _warn("gpuspan could not be set up", error)
+        if _steps is not None:
+            _steps.off()
+        return False
+    gpuspan._set_up_by_bootstrap = True
+    return True
+
+
+def _rank_device(torch):
+    """The device torch computes on, as a ``GPUSPAN_DEVICES`` entry (CUDA numbers the
+    devices in ``CUDA_VISIBLE_DEVICES`` from 0), or ``None`` before CUDA is in use."""
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is None or not cuda.is_initialized():
+            return None
+        ordinal = cuda.current_device()
+    except Exception:  # noqa: BLE001 - no usable CUDA: the core's own rule applies
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        entries = [e.strip() for e in visible.split(",") if e.strip()]
+        if ordinal < len(entries):
+            return entries[ordinal]
+    return str(ordinal)
+
+
+class _OptimizerSteps:
+    """One ``step`` span per optimizer step, from PyTorch's global hooks."""
+
+    def __init__(self, torch):
+        self._torch = torch
+        self._handles = []
+        self._span = None  # the open step: a gpuspan.Span entered once
+        self._active = None
+        self._index = 0
+        self._figures = None  # ml.*.bytes of the first optimizer, read once
+        self._failed = False
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer
+
+        self._handles = [
+            optimizer.register_optimizer_step_pre_hook(self._before_optimizer),
+            optimizer.register_optimizer_step_post_hook(self._after_optimizer),
+            nn_module.register_module_forward_pre_hook(self._first_forward),
+        ]
+        self._first_forward_handle = self._handles[2]
+        self._phases = None
+        if os.environ.get("GPUSPAN_TORCH_PHASES", "").strip().lower() in ("1", "true", "on"):
+            from . import _phases
+
+            # After the step hooks: a step opens before its first phase.
+            self._phases = _phases.attach_everywhere(torch)
+            self._handles.extend(self._phases.handles)
+        self._previous_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
+        self._exit_hook = False
+
+    def off(self):
+        """Removes the hooks (after a failure)."""
+        self._failed = True
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _mine(self):
+        """Whether the optimizer hooks open the steps now (no framework or user does)."""
+        if self._failed or _claim._owner is not None:
+            return False
+        current = gpuspan._current.get()
+        if current is not None and current is not self._active and current.kind == 1:
+            # The program opens its own gpuspan.step spans.
+            _claim.claim("user")
+            self._abandon()
+            return False
+        return True
+
+    def _open(self):
+        if not ensure_set_up(self._torch):
+            return
+        if not self._exit_hook:
+            # After gpuspan's own exit hook, so that it runs first (atexit runs in reverse).
+            atexit.register(self._at_exit)
+            self._exit_hook = True
+        attributes = self._figures or {}
+        span = gpuspan.step(self._index, **attributes)
+        self._active = span.__enter__()
+        self._span = span
+
+    def _end(self, error=None):
+        if self._phases is not None:
+            self._phases.end(error)
+        span, self._span, self._active = self._span, None, None
+        if span is None:
+            return
+        if error is None:
+            span.__exit__(None, None, None)
+        else:
+            span.__exit__(type(error), error, error.__traceback__)
+
+    def _abandon(self):
+        if self._phases is not None:
+            self._phases.end()
+        span, self._span, self._active = self._span, None, None
+        if span is not None:
+            span._abandon()
+
+    def _first_forward(self, module, args):
+        try:
+            if self._span is None and self._torch.is_grad_enabled() and self._mine():
+                self._open()
+            if self._span is not None or self._failed:
+                self._first_forward_handle.remove()
+        except Exception as error:  # noqa: BLE001 - never break the program
+            _warn("the step hooks failed", error)
+            self.off()
+
+    def _before_optimizer(self, optimizer, args, kwargs):
+        try:
+            if self._span is None and self._mine():
+                # No forward pass opened it (a closure, or no nn.Module): it covers the
+                # optimizer alone.
+                self._open()
+        except Exception as error:  # noqa: BLE001
+            _warn("the step hooks failed", error)
+            self.off()
+
+    def _after_optimizer(self, optimizer, args, kwargs):
+        try:
+            if self._span is None or not self._mine():
+                return
+            if self._figures is None:
+                self._figures = _torch_figures.model_bytes(optimizer)
+                for key, value in self._figures.items():
+                    self._active.set_attribute(key, value)
+            self._end()
+            self._index += 1
+            self._open()
+        except Exception as error:  # noqa: BLE001
+            _warn("the step hooks failed", error)
+            self.off()
+
+    def _excepthook(self, exc_type, exc, tb):
+        try:
+            if self._span is not None:
+                if _torch_figures.is_out_of_memory(exc):
+                    gpuspan.record_oom(f"{exc_type.__name__}: {exc}")
+                self._end(exc)
+        except Exception as error:  # noqa: BLE001
+            _warn("recording the error failed", error)
+        self._previous_excepthook(exc_type, exc, tb)
+
+    def _at_exit(self):
+        # Runs before gpuspan's own exit hook, which was registered earlier. The step open
+        # now never reached an optimizer step: it is not a step.
+        try:
+            self._abandon()
+        except Exception:  # noqa: BLE001 - an exit hook must not raise
+            pass

@@ -1,0 +1,101 @@
+"""``forward``, ``backward`` and ``optimizer`` spans inside a step, from PyTorch's hooks.
+
+The three phases are cut where the training thread passes the hooks: ``forward`` from a
+forward pass's start to its end; ``backward`` from there to the next forward pass (gradient
+accumulation) or the optimizer step, so it holds the loss and gradient clipping too;
+``optimizer`` around ``optimizer.step()``. Autograd may run the backward pass on threads of
+its own (one per CUDA device), where a span of the training thread cannot end, which is why
+the training thread's own events bound it. Each phase is a gpuspan span: its own exact peak.
+"""
+
+import gpuspan
+
+FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+
+
+class Phases:
+    """The open phase of one training loop, moved along by its hooks."""
+
+    def __init__(self, grad_enabled=None):
+        self._grad_enabled = grad_enabled or (lambda: True)
+        self._span = None
+        self._name = None
+        self._depth = 0  # nested module calls, for hooks on every module
+        self.handles = []
+
+    def _enter(self, name):
+        self._leave()
+        span = gpuspan.span(name)
+        span.__enter__()
+        self._span, self._name = span, name
+
+    def _leave(self, error=None):
+        span, self._span, self._name = self._span, None, None
+        if span is not None:
+            exc_type = None if error is None else type(error)
+            span.__exit__(exc_type, error, None if error is None else error.__traceback__)
+
+    # Hooks on one module (the model): called once per forward pass.
+    def forward_started(self, module, args):
+        self._enter(FORWARD)
+
+    def forward_ended(self, module, args, output):
+        if self._name == FORWARD:
+            self._enter(BACKWARD)
+
+    # Hooks on every module: only the outermost call with gradients enabled counts
+    # (evaluation under torch.no_grad() is not a training step's forward pass).
+    def any_forward_started(self, module, args):
+        self._depth += 1
+        if self._depth == 1 and self._grad_enabled():
+            self._enter(FORWARD)
+
+    def any_forward_ended(self, module, args, output):
+        self._depth = max(self._depth - 1, 0)
+        if self._depth == 0 and self._name == FORWARD:
+            self._enter(BACKWARD)
+
+    def optimizer_started(self, optimizer, args, kwargs):
+        self._depth = 0
+        self._enter(OPTIMIZER)
+
+    def optimizer_ended(self, optimizer, args, kwargs):
+        if self._name == OPTIMIZER:
+            self._leave()
+
+    def end(self, error=None):
+        """Ends the open phase (before its step ends)."""
+        self._leave(error)
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+
+def attach(model, optimizer):
+    """Phases of the steps that train ``model`` with ``optimizer``."""
+    phases = Phases()
+    phases.handles = [
+        model.register_forward_pre_hook(phases.forward_started),
+        model.register_forward_hook(phases.forward_ended, always_call=True),
+        optimizer.register_step_pre_hook(phases.optimizer_started),
+        optimizer.register_step_post_hook(phases.optimizer_ended),
+    ]
+    return phases
+
+
+def attach_everywhere(torch):
+    """Phases of every model and optimizer, from PyTorch's global hooks (each module call
+    passes two more Python calls: the price of not knowing the model)."""
+    from torch.nn.modules import module as nn_module
+    from torch.optim import optimizer
+
+    phases = Phases(torch.is_grad_enabled)
+    phases.handles = [
+        nn_module.register_module_forward_pre_hook(phases.any_forward_started),
+        nn_module.register_module_forward_hook(phases.any_forward_ended, always_call=True),
+        optimizer.register_optimizer_step_pre_hook(phases.optimizer_started),
+        optimizer.register_optimizer_step_post_hook(phases.optimizer_ended),
+    ]
+    return phases

@@ -1,0 +1,90 @@
+"""`gpuspan run`'s bootstrap never changes a program: a script that does not import torch
+gets no warning and no step span, and an interpreter that has torch but cannot import gpuspan
+runs the training as it would alone, with one warning line that says how to fix it. Both get
+the `run` span and keep their exit code."""
+
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+from conftest import clean_env, read_spans
+
+NO_TORCH = """
+import json, sys
+print(json.dumps({"argv": sys.argv[1:]}))
+sys.exit(4)
+"""
+
+TORCH_ONLY = """
+import sys
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+print("trained", round(float(model.weight.sum()), 4))
+sys.exit(5)
+"""
+
+
+def gpuspan_run(args, cwd, env):
+    launcher = str(Path(sys.executable).with_name("gpuspan"))
+    return subprocess.run(
+        [launcher, "run", "--", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=300,
+    )
+
+
+def test_a_script_without_torch_runs_untouched(tmp_path, fake_nvml):
+    (tmp_path / "tool.py").write_text(textwrap.dedent(NO_TORCH))
+    env = clean_env(GPUSPAN_NVML_LIB=fake_nvml, GPUSPAN_RUN_ID="r")
+    proc = gpuspan_run([sys.executable, "tool.py", "a b", "--x"], tmp_path, env)
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stdout == '{"argv": ["a b", "--x"]}\n'
+    assert "warning" not in proc.stderr
+    spans = read_spans(tmp_path / "gpuspan-runs" / "r" / "traces.jsonl")
+    assert [s["name"] for s in spans] == ["run"]
+
+
+def interpreter_without_gpuspan(tmp_path):
+    """A fresh virtualenv that sees every package of this one except gpuspan."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    mirror = tmp_path / "packages"
+    mirror.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():
+        if not entry.name.lower().startswith("gpuspan"):
+            (mirror / entry.name).symlink_to(entry)
+    python = venv / "bin" / "python"
+    target = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(target, "mirror.pth").write_text(f"{mirror}\n")
+    return python
+
+
+def test_an_interpreter_that_cannot_import_gpuspan_trains_as_it_would_alone(tmp_path, fake_nvml):
+    python = interpreter_without_gpuspan(tmp_path)
+    (tmp_path / "train.py").write_text(textwrap.dedent(TORCH_ONLY))
+    alone = subprocess.run(
+        [str(python), "train.py"], cwd=tmp_path, capture_output=True, text=True,
+        env=clean_env(), timeout=300,
+    )
+    assert alone.returncode == 5, alone.stderr
+    no_gpuspan = subprocess.run([str(python), "-c", "import gpuspan"], capture_output=True, text=True)
+    assert "No module named 'gpuspan'" in no_gpuspan.stderr
+    env = clean_env(GPUSPAN_NVML_LIB=fake_nvml, GPUSPAN_RUN_ID="r")
+    proc = gpuspan_run([str(python), "train.py"], tmp_path, env)
+    assert proc.returncode == 5, proc.stderr
+    assert proc.stdout == alone.stdout
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert "cannot be imported" in warnings[0] and "pip install gpuspan" in warnings[0]
+    spans = read_spans(tmp_path / "gpuspan-runs" / "r" / "traces.jsonl")
+    assert [s["name"] for s in spans] == ["run"]
