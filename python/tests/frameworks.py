@@ -1,0 +1,74 @@
+"""What the Lightning and Transformers tests share: the code their training scripts start
+with (tiny data, and control of the fake NVML's memory from inside the script), and the
+environment they run in."""
+
+from conftest import clean_env
+
+# Prepended to a training script. `use(mib)` sets device 0's used memory and returns once
+# the sampler has read it and handed the reading out (two reads later): a span open then
+# has it in its peak, and one opening or closing after it starts or ends with it. Loaded
+# from the same path, the library is the very copy gpuspan reads (one state per copy).
+PRELUDE = """
+import ctypes
+import os
+import time
+
+import torch
+
+MIB = 1024 * 1024
+TOTAL = 143771 * MIB
+_fake = ctypes.CDLL(os.environ["GPUSPAN_NVML_LIB"])
+_fake.fake_nvml_call_count.argtypes = [ctypes.c_char_p]
+_fake.fake_nvml_call_count.restype = ctypes.c_ulonglong
+_fake.fake_nvml_set_memory.argtypes = [ctypes.c_uint, ctypes.c_ulonglong, ctypes.c_ulonglong]
+
+
+def _reads():
+    return _fake.fake_nvml_call_count(b"nvmlDeviceGetMemoryInfo_v2")
+
+
+def use(mib, wait=True):
+    _fake.fake_nvml_set_memory(0, mib * MIB, TOTAL)
+    target, deadline = _reads() + 2, time.monotonic() + 30
+    while wait and _reads() < target:
+        if time.monotonic() > deadline:
+            raise RuntimeError("gpuspan's sampler has not read the fake NVML for 30 s")
+        time.sleep(0.0005)
+
+
+def dataset(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.utils.data.TensorDataset(torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g))
+"""
+
+
+def framework_env(fake_nvml, **extra):
+    """A clean environment for a training script: the fake NVML, a fast sampler, run id
+    ``r``, no network."""
+    return clean_env(
+        GPUSPAN_NVML_LIB=fake_nvml,
+        GPUSPAN_SAMPLE_INTERVAL="1ms",
+        GPUSPAN_RUN_ID="r",
+        HF_HUB_OFFLINE=1,
+        TRANSFORMERS_OFFLINE=1,
+        HF_DATASETS_OFFLINE=1,
+        TOKENIZERS_PARALLELISM="false",
+        **extra,
+    )
+
+
+def by_start(spans, name):
+    """The spans called ``name``, in the order they started."""
+    return sorted(
+        (s for s in spans if s["name"] == name), key=lambda s: int(s["startTimeUnixNano"])
+    )
+
+
+def parent(span):
+    return span.get("parentSpanId") or None
+
+
+def memory(span):
+    """A span's ``gpu.memory`` (start, peak, end) in MiB."""
+    a = span["attributes"]
+    return tuple(a[f"gpu.memory.{edge}"] // (1024 * 1024) for edge in ("start", "peak", "end"))
