@@ -1,7 +1,7 @@
 """gpuspan's bootstrap for a Python command under ``gpuspan run``.
 
 ``gpuspan run`` puts this file's directory first on the command's ``PYTHONPATH``. It does
-nothing at startup but watch for ``torch``, Lightning and Transformers: once the program
+nothing at startup but watch for ``torch``, Lightning and the Transformers Trainer: once the program
 imports one of them, it hands the module to the gpuspan package (``gpuspan._autorun``), which
 opens the spans. It never changes what the program computes or how it exits: when the
 package cannot be imported, it prints one warning line and the program runs on, with the
@@ -12,7 +12,9 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_WATCHED = ("torch", "lightning", "pytorch_lightning", "transformers")
+# The Transformers Trainer's own module, not the package: most programs that import
+# transformers never build a Trainer, and loading it costs seconds.
+_WATCHED = ("torch", "lightning", "pytorch_lightning", "transformers.trainer")
 _broken = False
 
 
