@@ -22,8 +22,8 @@ use crate::record::{Role, SpanRecord};
 pub(crate) const KINDS: &[&dyn FindingKind] = &[
     &leak::LeakSuspected,
     &budget::BudgetExceeded,
-    &oom::NearOom,
-    &oom::Oom,
+    &oom::NEAR_OOM,
+    &oom::OOM,
 ];
 
 /// The kind of finding whose event is named `event`.
@@ -120,32 +120,27 @@ impl Attributes for Vec<KeyValue> {
 
 impl Attributes for Vec<proto::KeyValue> {
     fn text(&self, key: &str) -> Option<&str> {
-        match self
-            .iter()
-            .find(|kv| kv.key == key)?
-            .value
-            .as_ref()?
-            .value
-            .as_ref()?
-        {
+        match proto_value(self, key)? {
             proto::any_value::Value::StringValue(s) => Some(s),
             _ => None,
         }
     }
 
     fn int(&self, key: &str) -> Option<i64> {
-        match self
-            .iter()
-            .find(|kv| kv.key == key)?
-            .value
-            .as_ref()?
-            .value
-            .as_ref()?
-        {
+        match proto_value(self, key)? {
             proto::any_value::Value::IntValue(v) => Some(*v),
             _ => None,
         }
     }
+}
+
+/// The value of `key` among attributes read back from OTLP.
+fn proto_value<'a>(
+    attributes: &'a [proto::KeyValue],
+    key: &str,
+) -> Option<&'a proto::any_value::Value> {
+    let found = attributes.iter().find(|kv| kv.key == key)?;
+    found.value.as_ref()?.value.as_ref()
 }
 
 /// `epoch 3`, `step 12`, or the span's name: how findings and markers name a span.

@@ -6,42 +6,40 @@
 use super::{Attributes, Counter, Detail, FindingKind};
 use crate::names::event;
 
-/// The kind of finding: a device crossed the near-OOM threshold.
-pub(crate) struct NearOom;
+/// A device crossed the near-OOM threshold.
+pub(crate) const NEAR_OOM: RecorderFinding = RecorderFinding {
+    event: event::NEAR_OOM,
+    description: "Times a device crossed the near-OOM threshold",
+    mark: "near OOM",
+};
 
-impl FindingKind for NearOom {
-    fn event(&self) -> &'static str {
-        event::NEAR_OOM
-    }
+/// The program ran out of device memory.
+pub(crate) const OOM: RecorderFinding = RecorderFinding {
+    event: event::OOM,
+    description: "Out-of-memory errors reported by the program",
+    mark: "OOM",
+};
 
-    fn counter(&self) -> Counter {
-        Counter {
-            description: "Times a device crossed the near-OOM threshold",
-            split: None,
-        }
-    }
-
-    fn mark(&self, _: &dyn Attributes, _: Detail) -> String {
-        "near OOM".to_owned()
-    }
+/// A kind of finding the recorder makes: an unsplit counter and a fixed mark.
+pub(crate) struct RecorderFinding {
+    event: &'static str,
+    description: &'static str,
+    mark: &'static str,
 }
 
-/// The kind of finding: the program ran out of device memory.
-pub(crate) struct Oom;
-
-impl FindingKind for Oom {
+impl FindingKind for RecorderFinding {
     fn event(&self) -> &'static str {
-        event::OOM
+        self.event
     }
 
     fn counter(&self) -> Counter {
         Counter {
-            description: "Out-of-memory errors reported by the program",
+            description: self.description,
             split: None,
         }
     }
 
     fn mark(&self, _: &dyn Attributes, _: Detail) -> String {
-        "OOM".to_owned()
+        self.mark.to_owned()
     }
 }
