@@ -11,6 +11,8 @@ pub mod span {
     pub const EPOCH: &str = "epoch";
     /// The span of one training step (`step_span!`).
     pub const STEP: &str = "step";
+    /// `gpuspan run`'s span over the command it ran.
+    pub const RUN: &str = "run";
 }
 
 /// Span and resource attribute keys.
@@ -40,6 +42,11 @@ pub mod attribute {
     pub const GPU_MEMORY_RESOLUTION: &str = "gpu.memory.resolution";
     /// The prefix every device-memory key shares (`gpu.memory.*`).
     pub const GPU_MEMORY_PREFIX: &str = "gpu.memory.";
+    /// With several devices, each one's figures are `gpu.<index>.memory.<figure>`: this
+    /// prefix, its NVML index, [`GPU_DEVICE_MEMORY_INFIX`], then `start`, `end` or `peak`.
+    pub const GPU_DEVICE_PREFIX: &str = "gpu.";
+    /// What stands between the index and the figure in a device's key.
+    pub const GPU_DEVICE_MEMORY_INFIX: &str = ".memory.";
 
     /// This process's own device memory at the span's start (NVML's process list).
     pub const GPU_PROCESS_MEMORY_START: &str = "gpu.process.memory.start";

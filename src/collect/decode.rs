@@ -160,25 +160,15 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use crate::collect::testing::{request_of, step_span};
+    use opentelemetry_proto::tonic::trace::v1::Span;
 
     fn request() -> ExportTraceServiceRequest {
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans: vec![Span {
-                        trace_id: vec![1; 16],
-                        span_id: vec![2; 8],
-                        name: "step".into(),
-                        start_time_unix_nano: 10,
-                        end_time_unix_nano: 20,
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
+        request_of(vec![Span {
+            start_time_unix_nano: 10,
+            end_time_unix_nano: 20,
+            ..step_span()
+        }])
     }
 
     #[test]

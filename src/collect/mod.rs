@@ -34,6 +34,8 @@ mod pipeline;
 mod run;
 mod server;
 mod size;
+#[cfg(test)]
+mod testing;
 mod timeline;
 mod tree;
 

@@ -19,6 +19,7 @@ use signal_hook::iterator::exfiltrator::WithRawSiginfo;
 
 use super::enrich::Enriched;
 use super::{CollectError, CollectStats, Collector};
+use crate::names::{attribute as attr, span as span_name};
 use crate::Protocol;
 
 /// How a command run under the collector ended.
@@ -120,15 +121,15 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     }
     let tree = collector.timelines().take_tree();
     let mut attributes = vec![
-        string("process.command_line", &command_line(command)),
-        int("process.pid", i64::from(pid)),
-        int("process.exit.code", i64::from(exit_code)),
+        string(attr::PROCESS_COMMAND_LINE, &command_line(command)),
+        int(attr::PROCESS_PID, i64::from(pid)),
+        int(attr::PROCESS_EXIT_CODE, i64::from(exit_code)),
     ];
     if let Some(tree) = &tree {
         for (key, value) in [
-            ("gpu.process.memory.start", tree.start),
-            ("gpu.process.memory.end", tree.end),
-            ("gpu.process.memory.peak", tree.peak),
+            (attr::GPU_PROCESS_MEMORY_START, tree.start),
+            (attr::GPU_PROCESS_MEMORY_END, tree.end),
+            (attr::GPU_PROCESS_MEMORY_PEAK, tree.peak),
         ] {
             if let Some(v) = value {
                 attributes.push(int(key, i64::try_from(v).unwrap_or(i64::MAX)));
@@ -139,7 +140,7 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     let mut span = Span {
         trace_id,
         span_id,
-        name: "run".into(),
+        name: span_name::RUN.into(),
         kind: SpanKind::Internal as i32,
         start_time_unix_nano: start,
         end_time_unix_nano: end,
@@ -167,8 +168,8 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
         resource_spans: vec![ResourceSpans {
             resource: Some(Resource {
                 attributes: vec![
-                    string("service.name", &service),
-                    int("process.pid", i64::from(pid)),
+                    string(attr::SERVICE_NAME, &service),
+                    int(attr::PROCESS_PID, i64::from(pid)),
                 ],
                 ..Default::default()
             }),
@@ -336,9 +337,9 @@ fn command_line(command: &[OsString]) -> String {
 fn describe_memory(span: &Span) -> String {
     let get = |key: &str| super::enrich::int_attribute(&span.attributes, key);
     match (
-        get("gpu.memory.start"),
-        get("gpu.memory.peak"),
-        get("gpu.memory.end"),
+        get(attr::GPU_MEMORY_START),
+        get(attr::GPU_MEMORY_PEAK),
+        get(attr::GPU_MEMORY_END),
     ) {
         (Some(s), Some(p), Some(e)) => format!(
             "  GPU memory (all devices): start {}, peak {}, end {}\n",

@@ -141,7 +141,7 @@ impl Heap for metric::Data {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+    use crate::collect::testing::{request_of, step_span};
 
     fn kv(key: &str, value: any_value::Value) -> KeyValue {
         KeyValue {
@@ -153,23 +153,12 @@ mod tests {
 
     fn request(spans: usize, attributes: usize) -> ExportTraceServiceRequest {
         let span = Span {
-            trace_id: vec![1; 16],
-            span_id: vec![2; 8],
-            name: "step".into(),
             attributes: (0..attributes)
                 .map(|i| kv("ml.step", any_value::Value::IntValue(i as i64)))
                 .collect(),
-            ..Default::default()
+            ..step_span()
         };
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans: vec![span; spans],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
+        request_of(vec![span; spans])
     }
 
     /// Each span's struct, ids, name and attributes are counted: the figure grows by at

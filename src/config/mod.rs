@@ -152,7 +152,7 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
         .or_else(|| {
             resource
                 .iter()
-                .find(|(k, _)| k == "service.name")
+                .find(|(k, _)| k == crate::names::attribute::SERVICE_NAME)
                 .map(|(_, v)| v.clone())
         })
         .unwrap_or_else(default_service_name);

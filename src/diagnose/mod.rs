@@ -7,20 +7,19 @@
 //! their own.
 
 mod batch_fit;
-mod leak;
+mod counts;
 mod near_oom;
 mod open_span_layer;
 mod open_spans;
 mod report;
+mod rules;
 pub(crate) mod settings;
 mod tap;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use opentelemetry::metrics::Meter;
-use opentelemetry::KeyValue;
 
 use crate::names::event;
 use crate::util::bytes;
@@ -37,18 +36,10 @@ use crate::export::tap::SpanTap;
 use crate::sampler::Shared;
 use crate::timeline::TickObserver;
 use batch_fit::BatchFitter;
+use counts::Counts;
 use near_oom::{Recorder, RingObserver};
 use open_spans::OpenSpans;
 use settings::DiagnoseSettings;
-
-/// Findings so far, counted for the metrics (leaks by rule).
-#[derive(Debug, Default)]
-pub(crate) struct Counts {
-    leak: [AtomicU64; 3],
-    budget: AtomicU64,
-    near_oom: AtomicU64,
-    oom: AtomicU64,
-}
 
 /// The highest peak against its budget.
 #[derive(Debug, Clone)]
@@ -170,17 +161,23 @@ impl Diagnosis {
         std::fs::write(run_dir.join(LIMITS_FILE), text + "\n")
     }
 
-    /// The span taps for the export pipeline (one: diagnosis keeps one state per run).
+    /// The span taps for the export pipeline (one: diagnosis keeps one state per run),
+    /// with every registered span rule started.
     pub(crate) fn taps(&self) -> Vec<Box<dyn SpanTap>> {
+        let limits = self.limits.get().cloned().unwrap_or_default();
+        let setup = rules::Setup {
+            settings: &self.settings,
+            limits: &limits,
+        };
+        let rules = rules::KINDS
+            .iter()
+            .filter_map(|&kind| Some(tap::RuleState::new(kind, kind.start(&setup)?)))
+            .collect();
         vec![Box::new(tap::DiagnoseTap {
-            leaks: leak::LeakDetector::new(self.settings.leak_ratio, self.settings.leak_warmup),
-            limits: self.limits.get().cloned().unwrap_or_default(),
-            budget_error: self.settings.budget_error,
+            rules,
             findings: Arc::clone(&self.findings),
             counts: Arc::clone(&self.counts),
             recorder: Some(Arc::clone(&self.recorder)),
-            warned_leak: false,
-            warned_budget: false,
             warned_batch_size: false,
         })]
     }
@@ -193,61 +190,9 @@ impl Diagnosis {
         }
     }
 
-    /// Counters of the findings, on `meter`.
+    /// Counters of the findings, on `meter`: one per registered kind.
     pub(crate) fn register_metrics(&self, meter: &Meter) {
-        let counts = Arc::clone(&self.counts);
-        meter
-            .u64_observable_counter(event::LEAK_SUSPECTED)
-            .with_unit("{finding}")
-            .with_description("Memory leaks suspected, by rule")
-            .with_callback(move |observer| {
-                for rule in [
-                    leak::LeakRule::Ratio,
-                    leak::LeakRule::Trend,
-                    leak::LeakRule::StepTrend,
-                ] {
-                    let value = counts.leak[rule as usize].load(Ordering::Relaxed);
-                    if value > 0 {
-                        observer.observe(
-                            value,
-                            &[KeyValue::new(
-                                crate::names::attribute::GPU_MEMORY_LEAK_RULE,
-                                rule.name(),
-                            )],
-                        );
-                    }
-                }
-            })
-            .build();
-        type Field = fn(&Counts) -> &AtomicU64;
-        let counters: [(&'static str, &'static str, Field); 3] = [
-            (
-                event::BUDGET_EXCEEDED,
-                "Spans whose peak exceeded the memory budget",
-                |c| &c.budget,
-            ),
-            (
-                event::NEAR_OOM,
-                "Times a device crossed the near-OOM threshold",
-                |c| &c.near_oom,
-            ),
-            (
-                event::OOM,
-                "Out-of-memory errors reported by the program",
-                |c| &c.oom,
-            ),
-        ];
-        for (name, description, field) in counters {
-            let counts = Arc::clone(&self.counts);
-            meter
-                .u64_observable_counter(name)
-                .with_unit("{finding}")
-                .with_description(description)
-                .with_callback(move |observer| {
-                    observer.observe(field(&counts).load(Ordering::Relaxed), &[])
-                })
-                .build();
-        }
+        self.counts.register(meter);
     }
 
     /// The batch-size fit of the steps exported so far.
@@ -271,8 +216,8 @@ impl Diagnosis {
         }
         let limit = self.limits.get().and_then(Limits::batch_limit);
         notes.extend(batch_fit::summary_line(&findings.fitter, limit));
-        let near = self.counts.near_oom.load(Ordering::Relaxed);
-        let oom = self.counts.oom.load(Ordering::Relaxed);
+        let near = self.counts.total(event::NEAR_OOM);
+        let oom = self.counts.total(event::OOM);
         if near + oom > 0 {
             notes.push(format!(
                 "near-OOM: {near} crossing(s) of {:.0}% and {oom} out-of-memory error(s); \

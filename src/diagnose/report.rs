@@ -3,12 +3,12 @@
 //! batch-size fit over the step spans.
 
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::trace::v1::span::Event;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::batch_fit::BatchFitter;
+use super::rules::{self, span_label, Detail};
 use super::BatchFit;
-use crate::names::{attribute, event};
+use crate::names::event;
 use crate::record::{Role, SpanRecord};
 
 /// Span events drawn as markers.
@@ -44,16 +44,17 @@ impl RunReader {
             self.fitter.add(batch, gpu.peak);
         }
         for event in &span.events {
-            if !DIAGNOSIS_EVENTS.contains(&event.name.as_str()) {
+            let Some(kind) = rules::kind(&event.name) else {
                 continue;
-            }
+            };
             if let Role::Epoch(epoch) = record.role {
-                self.marks.push((epoch, mark(event)));
+                let mark = kind.mark(&event.attributes, Detail::ReadBack);
+                self.marks.push((epoch, mark));
             }
             self.markers.push(Marker {
                 name: event.name.clone(),
                 unix_nanos: event.time_unix_nano,
-                span: label(record),
+                span: span_label(record),
                 attributes: event
                     .attributes
                     .iter()
@@ -92,37 +93,6 @@ pub(crate) struct ReadFindings {
     pub(crate) notes: Vec<String>,
     /// Every diagnosis event, in time order.
     pub(crate) markers: Vec<Marker>,
-}
-
-/// The epoch table's mark for a diagnosis event.
-fn mark(finding: &Event) -> String {
-    match finding.name.as_str() {
-        event::LEAK_SUSPECTED => {
-            let rule = finding
-                .attributes
-                .iter()
-                .find(|kv| kv.key == attribute::GPU_MEMORY_LEAK_RULE)
-                .and_then(|kv| kv.value.as_ref())
-                .and_then(|v| match &v.value {
-                    Some(Value::StringValue(s)) => Some(s.as_str()),
-                    _ => None,
-                })
-                .unwrap_or("?");
-            format!("leak? {rule}")
-        }
-        event::BUDGET_EXCEEDED => "over budget".to_owned(),
-        event::NEAR_OOM => "near OOM".to_owned(),
-        _ => "OOM".to_owned(),
-    }
-}
-
-/// How a marker names its span.
-fn label(record: &SpanRecord) -> String {
-    match record.role {
-        Role::Step(i) => format!("step {i}"),
-        Role::Epoch(i) => format!("epoch {i}"),
-        Role::Other => record.name.clone(),
-    }
 }
 
 fn text(value: Option<&Value>) -> String {

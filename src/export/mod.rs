@@ -14,6 +14,8 @@ mod returns;
 pub(crate) mod sink;
 pub(crate) mod spans;
 pub(crate) mod tap;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::future::Future;
 

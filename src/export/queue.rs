@@ -338,8 +338,8 @@ mod tests {
     use std::time::Duration;
 
     use super::{Accept, Queue, QueueConfig, Transport};
-    use crate::export::health::ExportHealth;
     use crate::export::sink::{Sink, SinkError, Undelivered};
+    use crate::export::testing;
 
     /// Items that stand for `n` accounted units each, as a request of `n` spans does.
     struct Requests;
@@ -388,18 +388,14 @@ mod tests {
     }
 
     fn run(refuse: bool) -> (crate::export::health::ExportCounts, u64) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime");
+        let runtime = testing::runtime();
         let got = Arc::new(AtomicU64::new(0));
         let sink = Destination {
             fail_once: AtomicBool::new(true),
             refuse,
             got: Arc::clone(&got),
         };
-        let health = Arc::new(ExportHealth::new("test".into(), "span"));
+        let health = testing::health();
         let config = QueueConfig {
             capacity: 100,
             batch: 4,

@@ -204,6 +204,7 @@ mod tests {
     use crate::export::health::ExportHealth;
     use crate::export::queue::{most_in_flight, Transport};
     use crate::export::tap::SpanTap;
+    use crate::export::testing;
     use crate::record::SpanRecord;
 
     fn span(i: u64) -> SpanData {
@@ -291,22 +292,13 @@ mod tests {
 
     #[test]
     fn a_flood_of_spans_does_not_hold_back_the_exports() {
-        let got = Arc::new(AtomicU64::new(0));
-        let destination = Destination {
-            pause: Duration::from_millis(1),
-            refuse: false,
-            got: Arc::clone(&got),
-        };
-        let health = Arc::new(ExportHealth::new("test".into(), "span"));
-        let processor = QueueProcessor::start(
+        let (destination, got) = destination(Duration::from_millis(1), false);
+        let (processor, health) = start(
             Transport::Local(destination),
-            config(20_000),
-            Arc::clone(&health),
+            20_000,
             vec![Box::new(SlowTap)],
             Duration::from_secs(30),
-            no_devices(),
-        )
-        .expect("the export thread starts");
+        );
         let produced = flood(&processor, Duration::from_millis(400));
         let during = got.load(Ordering::Relaxed);
         assert!(
@@ -330,27 +322,13 @@ mod tests {
     #[test]
     fn a_full_queue_says_whether_the_destination_was_slow_or_down() {
         for refuse in [false, true] {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            let got = Arc::new(AtomicU64::new(0));
-            let destination = Arc::new(Destination {
-                pause: Duration::from_millis(20),
+            let (_runtime, processor, health, got) = remote_within(
+                Duration::from_millis(20),
                 refuse,
-                got: Arc::clone(&got),
-            });
-            let health = Arc::new(ExportHealth::new("test".into(), "span"));
-            let processor = QueueProcessor::start(
-                Transport::Remote(destination, runtime.handle().clone()),
-                config(200),
-                Arc::clone(&health),
+                200,
                 Vec::new(),
                 Duration::from_millis(200),
-                no_devices(),
-            )
-            .expect("the export thread starts");
+            );
             let produced = flood(&processor, Duration::from_millis(300));
             // Read before shutdown, whose own losses have their own reason.
             let reason = health.last_error().unwrap_or_default();
@@ -385,49 +363,84 @@ mod tests {
         }
     }
 
+    /// A destination that takes `pause` per export (or refuses), and what it got.
+    fn destination(pause: Duration, refuse: bool) -> (Destination, Arc<AtomicU64>) {
+        let got = Arc::new(AtomicU64::new(0));
+        let destination = Destination {
+            pause,
+            refuse,
+            got: Arc::clone(&got),
+        };
+        (destination, got)
+    }
+
+    /// A queue of `capacity` spans in front of `transport`, whose flushes give up after
+    /// `timeout`.
+    fn start(
+        transport: Transport<Destination>,
+        capacity: usize,
+        taps: Vec<Box<dyn SpanTap>>,
+        timeout: Duration,
+    ) -> (QueueProcessor, Arc<ExportHealth>) {
+        let health = testing::health();
+        let processor = QueueProcessor::start(
+            transport,
+            config(capacity),
+            Arc::clone(&health),
+            taps,
+            timeout,
+            no_devices(),
+        )
+        .expect("the export thread starts");
+        (processor, health)
+    }
+
+    type Remote = (
+        tokio::runtime::Runtime,
+        QueueProcessor,
+        Arc<ExportHealth>,
+        Arc<AtomicU64>,
+    );
+
+    /// A queue in front of a destination on a runtime; see [`destination`] and [`start`].
+    fn remote_within(
+        pause: Duration,
+        refuse: bool,
+        capacity: usize,
+        taps: Vec<Box<dyn SpanTap>>,
+        timeout: Duration,
+    ) -> Remote {
+        let runtime = testing::runtime();
+        let (destination, got) = destination(pause, refuse);
+        let transport = Transport::Remote(Arc::new(destination), runtime.handle().clone());
+        let (processor, health) = start(transport, capacity, taps, timeout);
+        (runtime, processor, health, got)
+    }
+
+    /// [`remote_within`] with flushes that wait up to 30 s.
     fn remote(
         pause: Duration,
         refuse: bool,
         capacity: usize,
         taps: Vec<Box<dyn SpanTap>>,
-    ) -> (
-        tokio::runtime::Runtime,
-        QueueProcessor,
-        Arc<ExportHealth>,
-        Arc<AtomicU64>,
-    ) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let got = Arc::new(AtomicU64::new(0));
-        let destination = Arc::new(Destination {
-            pause,
-            refuse,
-            got: Arc::clone(&got),
-        });
-        let health = Arc::new(ExportHealth::new("test".into(), "span"));
-        let processor = QueueProcessor::start(
-            Transport::Remote(destination, runtime.handle().clone()),
-            config(capacity),
-            Arc::clone(&health),
-            taps,
-            Duration::from_secs(30),
-            no_devices(),
-        )
-        .expect("the export thread starts");
-        (runtime, processor, health, got)
+    ) -> Remote {
+        remote_within(pause, refuse, capacity, taps, Duration::from_secs(30))
+    }
+
+    /// [`remote`] with room for 10,000 spans and no taps, holding spans `0..spans`.
+    fn remote_holding(pause: Duration, refuse: bool, spans: u64) -> Remote {
+        let remote = remote(pause, refuse, 10_000, Vec::new());
+        for i in 0..spans {
+            remote.1.on_end(span(i));
+        }
+        remote
     }
 
     #[test]
     fn a_shutdown_that_arrives_during_a_flush_waits_for_it_and_loses_nothing() {
         // 1,000 spans in requests of 256 that take 150 ms each: the flush takes about 600 ms.
         let (_runtime, processor, health, got) =
-            remote(Duration::from_millis(150), false, 10_000, Vec::new());
-        for i in 0..1_000 {
-            processor.on_end(span(i));
-        }
+            remote_holding(Duration::from_millis(150), false, 1_000);
         std::thread::scope(|scope| {
             let flush = scope.spawn(|| processor.force_flush());
             std::thread::sleep(Duration::from_millis(100));
@@ -454,10 +467,7 @@ mod tests {
     #[test]
     fn two_flushes_at_once_both_wait_for_every_span() {
         let (_runtime, processor, health, got) =
-            remote(Duration::from_millis(100), false, 10_000, Vec::new());
-        for i in 0..1_000 {
-            processor.on_end(span(i));
-        }
+            remote_holding(Duration::from_millis(100), false, 1_000);
         std::thread::scope(|scope| {
             let first = scope.spawn(|| processor.force_flush());
             std::thread::sleep(Duration::from_millis(50));
@@ -481,10 +491,7 @@ mod tests {
     fn a_shutdown_with_a_shorter_timeout_than_a_running_flush_keeps_its_own_bound() {
         // Refused for ever: neither request can be satisfied; each ends at its own deadline.
         let (_runtime, processor, health, _got) =
-            remote(Duration::from_millis(5), true, 10_000, Vec::new());
-        for i in 0..100 {
-            processor.on_end(span(i));
-        }
+            remote_holding(Duration::from_millis(5), true, 100);
         std::thread::scope(|scope| {
             let flush = scope.spawn(|| processor.force_flush());
             std::thread::sleep(Duration::from_millis(50));
@@ -574,27 +581,18 @@ mod tests {
 
     #[test]
     fn a_tap_that_panics_is_switched_off_and_every_span_is_still_exported() {
-        let got = Arc::new(AtomicU64::new(0));
-        let destination = Destination {
-            pause: Duration::ZERO,
-            refuse: false,
-            got: Arc::clone(&got),
-        };
+        let (destination, got) = destination(Duration::ZERO, false);
         let (before, after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let health = Arc::new(ExportHealth::new("test".into(), "span"));
-        let processor = QueueProcessor::start(
+        let (processor, health) = start(
             Transport::Local(destination),
-            config(1000),
-            Arc::clone(&health),
+            1000,
             vec![
                 Box::new(Counts(Arc::clone(&before))),
                 Box::new(PanicsOn(3, 0)),
                 Box::new(Counts(Arc::clone(&after))),
             ],
             Duration::from_secs(30),
-            no_devices(),
-        )
-        .expect("the export thread starts");
+        );
         const SPANS: u64 = 10;
         for i in 0..SPANS {
             processor.on_end(span(i));

@@ -157,7 +157,13 @@ impl SpanFigures {
 
 /// `gpu.<index>.memory.start`, `.end` and `.peak`: the keys of one device's figures.
 pub(crate) fn device_keys(index: u32) -> [String; 3] {
-    ["start", "end", "peak"].map(|figure| format!("gpu.{index}.memory.{figure}"))
+    ["start", "end", "peak"].map(|figure| {
+        format!(
+            "{}{index}{}{figure}",
+            attr::GPU_DEVICE_PREFIX,
+            attr::GPU_DEVICE_MEMORY_INFIX
+        )
+    })
 }
 
 /// A byte count as an OTel integer: i64, saturating (tracing-opentelemetry would turn a

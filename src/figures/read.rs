@@ -250,10 +250,10 @@ impl SpanRecord {
 
 /// `gpu.<index>.memory.<figure>` split into its index and figure.
 fn device_key(key: &str) -> Option<(u32, DeviceFigure)> {
-    let rest = key.strip_prefix("gpu.")?;
+    let rest = key.strip_prefix(attr::GPU_DEVICE_PREFIX)?;
     let dot = rest.bytes().position(|b| b == b'.')?;
     let index = rest[..dot].parse::<u32>().ok()?;
-    let figure = match rest[dot + 1..].strip_prefix("memory.")? {
+    let figure = match rest[dot..].strip_prefix(attr::GPU_DEVICE_MEMORY_INFIX)? {
         "start" => DeviceFigure::Start,
         "peak" => DeviceFigure::Peak,
         "end" => DeviceFigure::End,

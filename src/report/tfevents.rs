@@ -18,7 +18,9 @@ use std::path::Path;
 use opentelemetry_sdk::trace::SpanData;
 
 use crate::export::tap::SpanTap;
-use crate::record::{Role, SpanRecord};
+use crate::figures::device_keys;
+use crate::names::attribute as attr;
+use crate::record::{Memory, Role, SpanRecord};
 
 fn masked_crc(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
@@ -98,26 +100,38 @@ pub(crate) fn record(data: &[u8]) -> Vec<u8> {
 /// The scalars of one span: `<prefix>/<attribute>` for every memory figure it carries.
 pub(crate) fn scalars(prefix: &str, span: &SpanRecord) -> Vec<(String, f32)> {
     let mut out = Vec::new();
-    let mut memory = |name: &str, memory: Option<crate::record::Memory>| {
+    let mut memory = |[start, peak, end]: [&str; 3], memory: Option<Memory>| {
         if let Some(m) = memory {
-            for (figure, value) in [("start", m.start), ("peak", m.peak), ("end", m.end)] {
-                out.push((format!("{prefix}/{name}.{figure}"), value as f32));
+            for (key, value) in [(start, m.start), (peak, m.peak), (end, m.end)] {
+                out.push((format!("{prefix}/{key}"), value as f32));
             }
         }
     };
-    memory("gpu.memory", span.gpu);
-    memory("process.memory", span.host);
+    memory(
+        [
+            attr::GPU_MEMORY_START,
+            attr::GPU_MEMORY_PEAK,
+            attr::GPU_MEMORY_END,
+        ],
+        span.gpu,
+    );
+    memory(
+        [
+            attr::PROCESS_MEMORY_START,
+            attr::PROCESS_MEMORY_PEAK,
+            attr::PROCESS_MEMORY_END,
+        ],
+        span.host,
+    );
     for device in &span.devices {
-        for (figure, value) in [
-            ("start", device.start),
-            ("peak", device.peak),
-            ("end", device.end),
+        let [start, end, peak] = device_keys(device.index);
+        for (key, value) in [
+            (start, device.start),
+            (peak, device.peak),
+            (end, device.end),
         ] {
             if let Some(value) = value {
-                out.push((
-                    format!("{prefix}/gpu.{}.memory.{figure}", device.index),
-                    value as f32,
-                ));
+                out.push((format!("{prefix}/{key}"), value as f32));
             }
         }
     }

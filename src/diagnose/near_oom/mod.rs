@@ -24,8 +24,8 @@ mod ring;
 use file::{write_jobs, Job};
 use ring::{rise_start, Ring, Snapshot};
 
+use super::counts::Counts;
 use super::open_spans::{OpenSpan, OpenSpans};
-use super::Counts;
 use crate::names::{attribute as attr, event};
 use crate::timeline::{Tick, TickObserver};
 use crate::util::sync::lock;
@@ -231,6 +231,7 @@ impl Recorder {
             attributes.push(KeyValue::new(attr::EXCEPTION_MESSAGE, message.to_owned()));
         }
         attributes.push(KeyValue::new(attr::GPU_MEMORY_TIMELINE, name.clone()));
+        let counter = self.counts.slot(event, &attributes);
         let mut pending = self.pending();
         // A finding no exported span covers (none was open) waits for nothing: keep few.
         if pending.len() >= MAX_PENDING {
@@ -242,12 +243,9 @@ impl Recorder {
             attributes,
         });
         drop(pending);
-        let counter = if event == event::OOM {
-            &self.counts.oom
-        } else {
-            &self.counts.near_oom
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
 
         let (done, finished) = if wait {
             let (done, finished) = mpsc::sync_channel(1);

@@ -1,6 +1,15 @@
 //! Leak rules over a series of end-of-span memory figures: the classic ratio rule (end
 //! memory against the first epoch's) and a robust trend rule (a Theil–Sen slope, tested
-//! against the series' own noise), at each epoch end and over the steps of an epoch.
+//! against the series' own noise), at each epoch end and over the steps of an epoch. Their
+//! findings are the events `gpu.memory.leak_suspected`.
+
+use opentelemetry::KeyValue;
+
+use super::{Attributes, Counter, Detail, FindingKind, Setup, SpanRule};
+use crate::diagnose::Findings;
+use crate::names::{attribute as attr, event};
+use crate::record::{Role, SpanRecord};
+use crate::util::bytes;
 
 /// Which rule found a leak; its name is the event's `gpu.memory.leak.rule`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,12 +23,107 @@ pub(crate) enum LeakRule {
 }
 
 impl LeakRule {
+    /// Every rule's name, in the order of the enum (the counter's split).
+    const NAMES: [&'static str; 3] = ["ratio", "trend", "step_trend"];
+
     pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Ratio => "ratio",
-            Self::Trend => "trend",
-            Self::StepTrend => "step_trend",
+        Self::NAMES[self as usize]
+    }
+}
+
+/// The kind of finding: a suspected leak.
+pub(crate) struct LeakSuspected;
+
+impl FindingKind for LeakSuspected {
+    fn event(&self) -> &'static str {
+        event::LEAK_SUSPECTED
+    }
+
+    fn counter(&self) -> Counter {
+        Counter {
+            description: "Memory leaks suspected, by rule",
+            split: Some((attr::GPU_MEMORY_LEAK_RULE, &LeakRule::NAMES)),
         }
+    }
+
+    /// `leak? trend +1.0 GiB/epoch` live; `leak? trend` read back.
+    fn mark(&self, event: &dyn Attributes, detail: Detail) -> String {
+        let rule = event.text(attr::GPU_MEMORY_LEAK_RULE).unwrap_or("?");
+        match (detail, growth(event)) {
+            (Detail::Live, Some((growth, unit))) => {
+                format!("leak? {rule} +{}/{unit}", bytes::human(growth))
+            }
+            _ => format!("leak? {rule}"),
+        }
+    }
+
+    fn warning(&self, event: &dyn Attributes, record: &SpanRecord) -> Option<String> {
+        let epoch = match record.role {
+            Role::Epoch(epoch) => epoch,
+            _ => -1,
+        };
+        let (growth, unit) = growth(event)?;
+        let figure = |key| bytes::human(event.int(key).unwrap_or_default());
+        Some(format!(
+            "memory leak suspected at epoch {epoch}: end memory grows by {}/{unit} ({} to {} \
+             over {} {unit}s, {} rule)",
+            bytes::human(growth),
+            figure(attr::GPU_MEMORY_LEAK_FIRST),
+            figure(attr::GPU_MEMORY_LEAK_LAST),
+            event.int(attr::GPU_MEMORY_LEAK_POINTS).unwrap_or_default(),
+            event.text(attr::GPU_MEMORY_LEAK_RULE).unwrap_or("?"),
+        ))
+    }
+
+    fn start(&self, setup: &Setup<'_>) -> Option<Box<dyn SpanRule>> {
+        Some(Box::new(LeakDetector::new(
+            setup.settings.leak_ratio,
+            setup.settings.leak_warmup,
+        )))
+    }
+}
+
+/// A finding's growth and what it is per (`epoch`, or `step` for the step rule).
+fn growth(event: &dyn Attributes) -> Option<(i64, &'static str)> {
+    event
+        .int(attr::GPU_MEMORY_LEAK_GROWTH_PER_STEP)
+        .map(|g| (g, "step"))
+        .or_else(|| {
+            event
+                .int(attr::GPU_MEMORY_LEAK_GROWTH_PER_EPOCH)
+                .map(|g| (g, "epoch"))
+        })
+}
+
+impl SpanRule for LeakDetector {
+    fn on_span(&mut self, record: &SpanRecord, _: &mut Findings) -> Vec<Vec<KeyValue>> {
+        let end = record.gpu.map(|m| m.end);
+        let found = match record.role {
+            Role::Step(_) => {
+                self.on_step(end);
+                Vec::new()
+            }
+            Role::Epoch(_) => self.on_epoch(end),
+            Role::Other => Vec::new(),
+        };
+        found.iter().map(LeakFinding::attributes).collect()
+    }
+}
+
+impl LeakFinding {
+    /// The event's attributes.
+    fn attributes(&self) -> Vec<KeyValue> {
+        let growth_key = match self.rule {
+            LeakRule::StepTrend => attr::GPU_MEMORY_LEAK_GROWTH_PER_STEP,
+            _ => attr::GPU_MEMORY_LEAK_GROWTH_PER_EPOCH,
+        };
+        vec![
+            KeyValue::new(attr::GPU_MEMORY_LEAK_RULE, self.rule.name()),
+            KeyValue::new(growth_key, self.growth),
+            KeyValue::new(attr::GPU_MEMORY_LEAK_FIRST, self.first),
+            KeyValue::new(attr::GPU_MEMORY_LEAK_LAST, self.last),
+            KeyValue::new(attr::GPU_MEMORY_LEAK_POINTS, self.points as i64),
+        ]
     }
 }
 

@@ -1,0 +1,133 @@
+//! The memory budget: each device's peak on a span against its budget. A span over it gets
+//! the event `gpu.memory.budget_exceeded` (one per device over), and optionally an error
+//! status; the highest peak against its budget is kept for the summary's headroom line.
+
+use opentelemetry::KeyValue;
+
+use super::{span_label, Attributes, Counter, Detail, FindingKind, Setup, SpanRule};
+use crate::diagnose::{Findings, Highest, Limits};
+use crate::names::{attribute as attr, event};
+use crate::record::SpanRecord;
+use crate::util::bytes;
+
+/// The kind of finding: a span whose peak went over the memory budget.
+pub(crate) struct BudgetExceeded;
+
+impl FindingKind for BudgetExceeded {
+    fn event(&self) -> &'static str {
+        event::BUDGET_EXCEEDED
+    }
+
+    fn counter(&self) -> Counter {
+        Counter {
+            description: "Spans whose peak exceeded the memory budget",
+            split: None,
+        }
+    }
+
+    fn mark(&self, _: &dyn Attributes, _: Detail) -> String {
+        "over budget".to_owned()
+    }
+
+    fn warning(&self, event: &dyn Attributes, record: &SpanRecord) -> Option<String> {
+        let (index, peak, budget) = figures(event);
+        Some(format!(
+            "{} peaked at {peak} on gpu {index}, over the memory budget of {budget}",
+            span_label(record),
+        ))
+    }
+
+    fn start(&self, setup: &Setup<'_>) -> Option<Box<dyn SpanRule>> {
+        Some(Box::new(Budget {
+            limits: setup.limits.clone(),
+            error: setup.settings.budget_error,
+        }))
+    }
+}
+
+/// The event's device, peak and budget, as the warning and the error status write them.
+fn figures(event: &dyn Attributes) -> (i64, String, String) {
+    let figure = |key| bytes::human(event.int(key).unwrap_or_default());
+    (
+        event.int(attr::GPU_INDEX).unwrap_or_default(),
+        figure(attr::GPU_MEMORY_PEAK),
+        figure(attr::GPU_MEMORY_BUDGET),
+    )
+}
+
+/// The budget rule over one run.
+struct Budget {
+    limits: Limits,
+    /// Whether a span over budget gets an error status.
+    error: bool,
+}
+
+impl SpanRule for Budget {
+    /// Compares each device's peak with its budget, and keeps the highest peak for the
+    /// headroom line.
+    fn on_span(&mut self, record: &SpanRecord, findings: &mut Findings) -> Vec<Vec<KeyValue>> {
+        let mut over = Vec::new();
+        for (position, peak) in self.peaks(record) {
+            let device = &self.limits.devices[position];
+            let Some(budget) = device.budget else {
+                continue;
+            };
+            let budget = i64::try_from(budget).unwrap_or(i64::MAX);
+            let higher = findings
+                .highest
+                .as_ref()
+                .is_none_or(|h| peak - budget > h.peak - h.budget);
+            if higher {
+                findings.highest = Some(Highest {
+                    device: device.index,
+                    peak,
+                    budget,
+                    span: span_label(record),
+                });
+            }
+            if peak > budget {
+                findings.over_budget += 1;
+                over.push(vec![
+                    KeyValue::new(attr::GPU_INDEX, i64::from(device.index)),
+                    KeyValue::new(attr::GPU_MEMORY_PEAK, peak),
+                    KeyValue::new(attr::GPU_MEMORY_BUDGET, budget),
+                ]);
+            }
+        }
+        over
+    }
+
+    fn error(&self, event: &dyn Attributes) -> Option<String> {
+        self.error.then(|| {
+            let (index, peak, budget) = figures(event);
+            format!(
+                "memory budget exceeded: peak {peak} over the budget of {budget} on gpu {index}"
+            )
+        })
+    }
+}
+
+impl Budget {
+    /// `(position in the limits, peak)` per device with several devices; the summed
+    /// figure is the one device's otherwise.
+    fn peaks(&self, record: &SpanRecord) -> Vec<(usize, i64)> {
+        if record.devices.is_empty() {
+            return match (record.gpu, self.limits.devices.len()) {
+                (Some(gpu), 1) => vec![(0, gpu.peak)],
+                _ => Vec::new(),
+            };
+        }
+        record
+            .devices
+            .iter()
+            .filter_map(|d| {
+                let position = self
+                    .limits
+                    .devices
+                    .iter()
+                    .position(|l| l.index == d.index)?;
+                Some((position, d.peak?))
+            })
+            .collect()
+    }
+}
