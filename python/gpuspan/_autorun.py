@@ -122,6 +122,7 @@ class _OptimizerSteps:
         self._previous_excepthook = sys.excepthook
         sys.excepthook = self._excepthook
         self._exit_hook = False
+        self._history = None
 
     def off(self):
         """Removes the hooks (after a failure)."""
@@ -149,10 +150,26 @@ class _OptimizerSteps:
             # After gpuspan's own exit hook, so that it runs first (atexit runs in reverse).
             atexit.register(self._at_exit)
             self._exit_hook = True
+            self._start_history()
         attributes = self._figures or {}
         span = gpuspan.step(self._index, **attributes)
         self._active = span.__enter__()
         self._span = span
+
+    def _start_history(self):
+        from . import _memory_history
+
+        try:
+            self._history = _memory_history.start(
+                self._torch, os.environ.get("GPUSPAN_TORCH_MEMORY_HISTORY")
+            )
+        except Exception as error:  # noqa: BLE001 - the training goes on without it
+            _warn("the memory history could not be kept", error)
+
+    def _snapshot_directory(self):
+        telemetry = gpuspan._telemetry
+        directory = telemetry.diagnosis_dir if telemetry is not None else None
+        return directory or os.getcwd()
 
     def _end(self, error=None):
         if self._phases is not None:
@@ -200,7 +217,12 @@ class _OptimizerSteps:
                 self._figures = _torch_figures.model_bytes(optimizer)
                 for key, value in self._figures.items():
                     self._active.set_attribute(key, value)
+            trace_id = self._active.trace_id
             self._end()
+            if self._history is not None:
+                self._history.after_step(
+                    gpuspan._telemetry, self._index, trace_id, self._snapshot_directory()
+                )
             self._index += 1
             self._open()
         except Exception as error:  # noqa: BLE001
@@ -211,6 +233,10 @@ class _OptimizerSteps:
         try:
             if self._span is not None:
                 if _torch_figures.is_out_of_memory(exc):
+                    if self._history is not None:
+                        self._history.save(
+                            "oom", self._index, self._active.trace_id, self._snapshot_directory()
+                        )
                     gpuspan.record_oom(f"{exc_type.__name__}: {exc}")
                 self._end(exc)
         except Exception as error:  # noqa: BLE001

@@ -76,6 +76,27 @@ impl Telemetry {
     }
 
     /// Whether `shutdown()` has run.
+    /// Where diagnosis writes its files (near-OOM timelines, memory snapshots), also when
+    /// spans go over OTLP.
+    #[getter]
+    fn diagnosis_dir(&self) -> Option<String> {
+        self.inner.lock().ok().and_then(|t| {
+            t.as_ref()
+                .and_then(|t| t.diagnosis_dir())
+                .map(|d| d.to_string_lossy().into_owned())
+        })
+    }
+
+    /// How many diagnosis findings of one kind were made so far, by event name
+    /// (`"gpu.memory.near_oom"`).
+    fn findings(&self, event: &str) -> u64 {
+        self.inner
+            .lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|t| t.findings(event)))
+            .unwrap_or(0)
+    }
+
     #[getter]
     fn is_shut_down(&self) -> bool {
         self.inner.lock().map_or(true, |t| t.is_none())

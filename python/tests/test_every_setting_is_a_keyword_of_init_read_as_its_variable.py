@@ -20,6 +20,7 @@ SAMPLES = {
     "devices": [0, "GPU-1"],
     "run_dir": "runs",
     "run_id": "resnet-lr0.1",
+    "job_id": "job-7",
     "endpoint": "http://localhost:4318",
     "protocol": "grpc",
     "headers": {"x-team": "ml"},

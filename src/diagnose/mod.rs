@@ -195,6 +195,11 @@ impl Diagnosis {
         self.counts.register(meter);
     }
 
+    /// How many findings of the kind whose event is `event` were made so far.
+    pub(crate) fn findings(&self, event: &str) -> u64 {
+        self.counts.total(event)
+    }
+
     /// The batch-size fit of the steps exported so far.
     pub(crate) fn batch_fit(&self) -> Option<BatchFit> {
         let limit = self.limits.get().and_then(Limits::batch_limit);

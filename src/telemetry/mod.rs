@@ -129,6 +129,12 @@ impl Telemetry {
         self.inner.as_ref()?.run_dir.as_deref()
     }
 
+    /// Where diagnosis writes its files (near-OOM timelines), also when spans and metrics
+    /// go elsewhere: the run directory's path, created on the first file.
+    pub fn diagnosis_dir(&self) -> Option<PathBuf> {
+        self.inner.as_ref().map(|i| i.settings.run_dir())
+    }
+
     /// `gpu.memory.source`: `nvml`, `nvidia-smi`, the custom source's name, or `none`.
     pub fn memory_source(&self) -> Option<&str> {
         self.inner.as_ref().map(|i| i.state.shared.source_name())
@@ -171,6 +177,16 @@ impl Telemetry {
     pub fn batch_fit(&self) -> Option<crate::diagnose::BatchFit> {
         let _ = self.flush();
         self.inner.as_ref()?.diagnosis.batch_fit()
+    }
+
+    /// How many diagnosis findings of one kind were made so far, by their event's name
+    /// (`names::event::NEAR_OOM`, `names::event::LEAK_SUSPECTED`, ...): a program can react
+    /// to one (save a memory snapshot) without reading spans. Findings made on spans count
+    /// once the spans are exported; near-OOM crossings as the sampler sees them.
+    pub fn findings(&self, event: &str) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(0, |inner| inner.diagnosis.findings(event))
     }
 
     /// How the sampler kept its schedule so far.

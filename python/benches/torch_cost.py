@@ -1,0 +1,84 @@
+"""What `gpuspan run`'s PyTorch auto-instrumentation costs a training loop, in one run.
+
+1. End to end: torch_mlp.py (a small MLP, about 2 ms a step on one CPU thread) alone and
+   under `python -m gpuspan run`, taking turns ROUNDS times; each reports its own per-step
+   time over STEPS steps after a warm-up, so start-up is not in the figure. The result is
+   the ratio of the medians.
+2. The hooks alone, in this process: `optimizer.step()` of a one-parameter SGD, with and
+   without the step hooks (gpuspan set up, spans going to a run directory), taking turns;
+   the difference of the medians is the Python time the hooks add to each step.
+
+    python torch_cost.py STEPS ROUNDS        # torch_run.sh sets up the venv and the fake NVML
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def end_to_end(steps, rounds, work):
+    script = os.path.join(HERE, "torch_mlp.py")
+    cases = {
+        "alone": [sys.executable, script, str(steps)],
+        "gpuspan run": [sys.executable, "-m", "gpuspan", "run", script, str(steps)],
+    }
+    times = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, command in cases.items():
+            out = subprocess.run(command, cwd=work, capture_output=True, text=True, check=True)
+            line = [l for l in out.stdout.splitlines() if l.startswith("{")][-1]
+            times[name].append(json.loads(line)["seconds_per_step"])
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def hooks_alone(steps, rounds, work):
+    import torch
+
+    import gpuspan
+    from gpuspan import _autorun
+
+    gpuspan.init(run_dir=os.path.join(work, "runs"), summary=False)
+    param = torch.nn.Parameter(torch.zeros(1))
+    param.grad = torch.zeros(1)
+    optimizer = torch.optim.SGD([param], lr=0.1)
+
+    def timed():
+        start = time.perf_counter()
+        for _ in range(steps):
+            optimizer.step()
+        return (time.perf_counter() - start) / steps
+
+    timed()  # warm-up
+    without, with_hooks = [], []
+    for _ in range(rounds):
+        without.append(timed())
+        steps_driver = _autorun._OptimizerSteps(torch)
+        with_hooks.append(timed())
+        steps_driver._abandon()
+        steps_driver.off()
+        gpuspan._telemetry.flush()
+    return statistics.median(without), statistics.median(with_hooks)
+
+
+def main(steps, rounds):
+    with tempfile.TemporaryDirectory() as work:
+        medians = end_to_end(steps, rounds, work)
+        alone, run = medians["alone"], medians["gpuspan run"]
+        print(f"torch MLP, {steps} steps x {rounds} rounds (median per step):")
+        print(f"  alone            {alone * 1e3:8.3f} ms")
+        print(f"  gpuspan run      {run * 1e3:8.3f} ms   ratio {run / alone:.4f} "
+              f"({(run - alone) * 1e6:+.1f} us/step)")
+        bare, hooked = hooks_alone(steps * 10, rounds, work)
+        print(f"optimizer.step() of one parameter, {steps * 10} steps x {rounds} rounds:")
+        print(f"  without hooks    {bare * 1e6:8.2f} us")
+        print(f"  with step hooks  {hooked * 1e6:8.2f} us   added {(hooked - bare) * 1e6:.2f} us/step")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000, int(sys.argv[2]) if len(sys.argv) > 2 else 5)

@@ -1,0 +1,85 @@
+"""PyTorch's CUDA memory history, kept while training and saved when memory runs out.
+
+Opt-in under ``gpuspan run`` with ``GPUSPAN_TORCH_MEMORY_HISTORY=1`` (or the number of
+entries to keep, 100000 by default): ``torch.cuda.memory._record_memory_history`` records
+every allocation with its Python stack, in a bounded ring, and at a near-OOM crossing (seen
+at the end of the step it happened in) or an out-of-memory error (before the exception goes
+on) the snapshot is saved to the run directory as
+``memory-snapshot-rank<r>-step<s>-<trace id>-<near-oom|oom>.pickle``, which PyTorch's
+memory_viz (https://pytorch.org/memory_viz) opens. Nothing here changes the exit status.
+"""
+
+import os
+import sys
+
+DEFAULT_ENTRIES = 100_000
+NEAR_OOM = "gpu.memory.near_oom"
+
+
+def entries_from(value):
+    """The ring's size from the variable's value: ``1``/``on`` for the default, a number
+    above 1 for that many entries, ``None`` when off."""
+    text = (value or "").strip().lower()
+    if text in ("", "0", "off", "false"):
+        return None
+    if text in ("1", "on", "true"):
+        return DEFAULT_ENTRIES
+    try:
+        entries = int(text)
+    except ValueError:
+        raise ValueError(
+            f"GPUSPAN_TORCH_MEMORY_HISTORY={value!r}: expected 1 (on), 0 (off) or the number "
+            "of allocations to keep, such as 200000"
+        ) from None
+    return entries if entries > 1 else None
+
+
+class MemoryHistory:
+    """The history of one process's CUDA allocations; ``memory`` is ``torch.cuda.memory``."""
+
+    def __init__(self, memory, entries, rank):
+        self._memory = memory
+        self._rank = rank
+        self._near_oom_seen = 0
+        memory._record_memory_history(
+            enabled="all", context="all", stacks="python", max_entries=entries
+        )
+
+    def after_step(self, telemetry, step, trace_id, directory):
+        """Saves a snapshot if the device crossed the near-OOM threshold since the last
+        call; returns its path or ``None``."""
+        crossings = telemetry.findings(NEAR_OOM)
+        if crossings <= self._near_oom_seen:
+            return None
+        self._near_oom_seen = crossings
+        return self.save("near-oom", step, trace_id, directory)
+
+    def save(self, reason, step, trace_id, directory):
+        """Writes the snapshot; returns its path, or ``None`` (with one line on stderr) when
+        it cannot be written."""
+        name = f"memory-snapshot-rank{self._rank}-step{step}-{trace_id:032x}-{reason}.pickle"
+        path = os.path.join(directory, name)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            self._memory._dump_snapshot(path)
+        except Exception as error:  # noqa: BLE001 - the training goes on
+            print(f"gpuspan: warning: the memory snapshot {path} could not be saved ({error})",
+                  file=sys.stderr)
+            return None
+        print(f"gpuspan: memory snapshot for memory_viz: {path}", file=sys.stderr)
+        return path
+
+
+def start(torch, value):
+    """A :class:`MemoryHistory` when ``value`` turns it on and CUDA is available, else
+    ``None`` (with one line saying why, when it was asked for)."""
+    entries = entries_from(value)
+    if entries is None:
+        return None
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_available():
+        print("gpuspan: GPUSPAN_TORCH_MEMORY_HISTORY is set, but CUDA is not available: no "
+              "memory history is kept", file=sys.stderr)
+        return None
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
+    return MemoryHistory(cuda.memory, entries, rank)
