@@ -15,7 +15,6 @@ ROUNDS times; the result is the median per-step time minus the empty loop's.
 """
 
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -67,7 +66,7 @@ def main(n, rounds):
                 pass
 
     def empty(first, count):
-        for step in range(first, first + count):
+        for _step in range(first, first + count):
             pass
 
     def timed(body, flush):

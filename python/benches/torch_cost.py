@@ -32,7 +32,7 @@ def end_to_end(steps, rounds, work):
     for _ in range(rounds):
         for name, command in cases.items():
             out = subprocess.run(command, cwd=work, capture_output=True, text=True, check=True)
-            line = [l for l in out.stdout.splitlines() if l.startswith("{")][-1]
+            line = [text for text in out.stdout.splitlines() if text.startswith("{")][-1]
             times[name].append(json.loads(line)["seconds_per_step"])
     return {name: statistics.median(t) for name, t in times.items()}
 

@@ -1,15 +1,15 @@
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from os import PathLike
 from types import TracebackType
-from typing import Literal, Protocol, TypeVar, Union
+from typing import Literal, Protocol, TypeVar
 
 from ._report import Report as Report
 
 __version__: str
 
 _F = TypeVar("_F", bound=Callable[..., object])
-_Duration = Union[float, timedelta, str]
+_Duration = float | timedelta | str
 
 class Allocator(Protocol):
     """An allocator whose exact peaks spans record (``gpuspan.init(allocator=...)``)."""

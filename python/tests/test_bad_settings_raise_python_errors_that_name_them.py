@@ -2,7 +2,6 @@
 exception whose message names it and its value; gpuspan is set up once per process."""
 
 import pytest
-
 from conftest import clean_env, run_python
 
 

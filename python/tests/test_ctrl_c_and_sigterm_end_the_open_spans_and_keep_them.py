@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import clean_env, read_spans
 
 SCRIPT = """

@@ -5,9 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gpuspan
-
 from conftest import clean_env, run_python
+
+import gpuspan
 
 SCRIPT = """
 import gpuspan
