@@ -119,6 +119,7 @@ class _OptimizerSteps:
             # After the step hooks: a step opens before its first phase.
             self._phases = _phases.attach_everywhere(torch)
             self._handles.extend(self._phases.handles)
+        _claim.on_claim(self._abandon)
         self._previous_excepthook = sys.excepthook
         sys.excepthook = self._excepthook
         self._exit_hook = False

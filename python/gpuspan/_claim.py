@@ -7,13 +7,21 @@ that opens its own ``gpuspan.step`` spans claims them too, as ``"user"``.
 """
 
 _owner = None
+_listeners = []
 
 
 def claim(owner):
     """``owner`` (``"lightning"``, ``"transformers"``, ``"user"``) opens the step spans
-    from now on."""
+    from now on; a step the optimizer hooks had opened is dropped first."""
     global _owner
     _owner = owner
+    for listener in _listeners:
+        listener()
+
+
+def on_claim(listener):
+    """Calls ``listener()`` whenever someone claims the steps."""
+    _listeners.append(listener)
 
 
 def release(owner):

@@ -8,6 +8,8 @@ its own (one per CUDA device), where a span of the training thread cannot end, w
 the training thread's own events bound it. Each phase is a gpuspan span: its own exact peak.
 """
 
+from threading import get_ident
+
 import gpuspan
 
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
@@ -21,6 +23,7 @@ class Phases:
         self._span = None
         self._name = None
         self._depth = 0  # nested module calls, for hooks on every module
+        self._thread = None  # the training thread: DataParallel runs replicas on others
         self.handles = []
 
     def _enter(self, name):
@@ -46,14 +49,24 @@ class Phases:
     # Hooks on every module: only the outermost call with gradients enabled counts
     # (evaluation under torch.no_grad() is not a training step's forward pass).
     def any_forward_started(self, module, args):
+        if not self._on_training_thread():
+            return
         self._depth += 1
         if self._depth == 1 and self._grad_enabled():
             self._enter(FORWARD)
 
     def any_forward_ended(self, module, args, output):
+        if not self._on_training_thread():
+            return
         self._depth = max(self._depth - 1, 0)
         if self._depth == 0 and self._name == FORWARD:
             self._enter(BACKWARD)
+
+    def _on_training_thread(self):
+        ident = get_ident()
+        if self._thread is None:
+            self._thread = ident
+        return ident == self._thread
 
     def optimizer_started(self, optimizer, args, kwargs):
         self._depth = 0
