@@ -81,5 +81,6 @@ def start(torch, value):
         print("gpuspan: GPUSPAN_TORCH_MEMORY_HISTORY is set, but CUDA is not available: no "
               "memory history is kept", file=sys.stderr)
         return None
-    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
+    names = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+    rank = next((os.environ[n] for n in names if os.environ.get(n, "").isdigit()), "0")
     return MemoryHistory(cuda.memory, entries, rank)

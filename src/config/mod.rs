@@ -247,13 +247,19 @@ fn generated_run_id() -> String {
 
 fn rank(env: Env<'_>) -> Result<Rank, InitError> {
     use vars::*;
-    let first = |vars: [&'static str; 2]| -> Result<Option<i64>, InitError> {
-        Ok(first_var(&vars, parse::integer, env)?.map(|(v, _)| v))
+    let first = |vars: &[&'static str]| -> Result<Option<i64>, InitError> {
+        Ok(first_var(vars, parse::integer, env)?.map(|(v, _)| v))
     };
+    // torchrun's, SLURM's, Open MPI's, then MPICH's (Hydra) names.
     Ok(Rank {
-        rank: first([RANK, SLURM_PROCID])?,
-        local_rank: first([LOCAL_RANK, SLURM_LOCALID])?,
-        world_size: first([WORLD_SIZE, SLURM_NTASKS])?,
+        rank: first(&[RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK])?,
+        local_rank: first(&[
+            LOCAL_RANK,
+            SLURM_LOCALID,
+            OMPI_COMM_WORLD_LOCAL_RANK,
+            MPI_LOCALRANKID,
+        ])?,
+        world_size: first(&[WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE])?,
         job_id: None,
     })
 }
@@ -502,6 +508,22 @@ mod tests {
         let placeholder = [("TORCHELASTIC_RUN_ID", "none"), ("GPUSPAN_JOB_ID", "run-1")];
         let settings = with_env(&placeholder, || resolve(&CodeSettings::default())).unwrap();
         assert_eq!(settings.rank.job_id.as_deref(), Some("run-1"));
+    }
+
+    #[test]
+    fn mpirun_s_variables_give_the_rank_too() {
+        let open_mpi = [
+            ("OMPI_COMM_WORLD_RANK", "6"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+        ];
+        let settings = with_env(&open_mpi, || resolve(&CodeSettings::default())).unwrap();
+        let rank = &settings.rank;
+        assert_eq!((rank.rank, rank.local_rank, rank.world_size), (Some(6), Some(2), Some(8)));
+        let mpich = [("PMI_RANK", "1"), ("MPI_LOCALRANKID", "1"), ("PMI_SIZE", "2")];
+        let settings = with_env(&mpich, || resolve(&CodeSettings::default())).unwrap();
+        let rank = &settings.rank;
+        assert_eq!((rank.rank, rank.local_rank, rank.world_size), (Some(1), Some(1), Some(2)));
     }
 
     #[test]

@@ -87,6 +87,14 @@ pub(crate) const WORLD_SIZE: &str = "WORLD_SIZE";
 pub(crate) const SLURM_PROCID: &str = "SLURM_PROCID";
 pub(crate) const SLURM_LOCALID: &str = "SLURM_LOCALID";
 pub(crate) const SLURM_NTASKS: &str = "SLURM_NTASKS";
+/// The same, as Open MPI's `mpirun` sets them.
+pub(crate) const OMPI_COMM_WORLD_RANK: &str = "OMPI_COMM_WORLD_RANK";
+pub(crate) const OMPI_COMM_WORLD_LOCAL_RANK: &str = "OMPI_COMM_WORLD_LOCAL_RANK";
+pub(crate) const OMPI_COMM_WORLD_SIZE: &str = "OMPI_COMM_WORLD_SIZE";
+/// The same, as MPICH's `mpiexec` (Hydra) sets them.
+pub(crate) const PMI_RANK: &str = "PMI_RANK";
+pub(crate) const MPI_LOCALRANKID: &str = "MPI_LOCALRANKID";
+pub(crate) const PMI_SIZE: &str = "PMI_SIZE";
 
 /// The filter of the event (log) layer `install()` adds.
 pub(crate) const RUST_LOG: &str = "RUST_LOG";
@@ -145,5 +153,11 @@ pub(crate) const ALL: &[&str] = &[
     SLURM_PROCID,
     SLURM_LOCALID,
     SLURM_NTASKS,
+    OMPI_COMM_WORLD_RANK,
+    OMPI_COMM_WORLD_LOCAL_RANK,
+    OMPI_COMM_WORLD_SIZE,
+    PMI_RANK,
+    MPI_LOCALRANKID,
+    PMI_SIZE,
     RUST_LOG,
 ];
