@@ -46,6 +46,29 @@ def clean_env(**extra):
     return env
 
 
+# For a script that moves the fake device's memory through FAKE_NVML_LIVE_FILE.
+DEVICE_USES = """
+import os
+
+def device_uses(mib):
+    live = os.environ["FAKE_NVML_LIVE_FILE"]
+    with open(live + ".tmp", "w") as f:
+        f.write(f"used 0 {mib * 1024 * 1024}\\n")
+    os.replace(live + ".tmp", live)
+"""
+
+
+def live_device_env(tmp_path, fake_nvml, **extra):
+    """A clean environment in which device 0 uses 1000 MiB until the script's
+    ``device_uses(mib)`` (``DEVICE_USES``) says otherwise; the sampler reads every 10 ms."""
+    live = tmp_path / "gpu"
+    live.write_text(f"used 0 {1000 * MIB}\n")
+    return clean_env(
+        GPUSPAN_NVML_LIB=fake_nvml, FAKE_NVML_LIVE_FILE=live, GPUSPAN_SAMPLE_INTERVAL="10ms",
+        **extra,
+    )
+
+
 def run_python(code, cwd, env, check=True, timeout=120):
     """Runs `code` in a fresh interpreter; returns the CompletedProcess."""
     proc = subprocess.run(

@@ -42,6 +42,40 @@ def dataset(n, seed=0):
 """
 
 
+# A tiny LightningModule, for scripts that have imported Lightning as `pl`; a script that
+# scripts memory or a failure subclasses it and overrides `training_step`.
+LIGHTNING_MODEL = """
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+"""
+
+# Token ids and labels for a tiny sequence classifier of the Transformers Trainer.
+TOKENS = """
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n):
+        g = torch.Generator().manual_seed(n)
+        self.ids = torch.randint(0, 50, (n, 8), generator=g)
+        self.labels = torch.randint(0, 2, (n,), generator=g)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.labels[i]}
+"""
+
+
 def framework_env(fake_nvml, **extra):
     """A clean environment for a training script: the fake NVML, a fast sampler, run id
     ``r``, no network."""

@@ -3,7 +3,7 @@ the error instead of losing them, report an out-of-memory error to `gpuspan.reco
 while they are open, and give the step spans back."""
 
 from conftest import read_spans, run_python
-from frameworks import PRELUDE, by_start, framework_env
+from frameworks import LIGHTNING_MODEL, PRELUDE, by_start, framework_env
 
 # Stands in for gpuspan.record_oom: says which spans were still open when it was called.
 RECORDER = """
@@ -23,20 +23,15 @@ import lightning.pytorch as pl
 from gpuspan import _claim
 from gpuspan.lightning import GpuspanCallback
 
+"""
+    + LIGHTNING_MODEL
+    + """
 
-class Model(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
+class Failing(Model):
     def training_step(self, batch, batch_idx):
         if self.global_step == 2:
             raise OOM
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+        return super().training_step(batch, batch_idx)
 
 
 trainer = pl.Trainer(
@@ -44,7 +39,7 @@ trainer = pl.Trainer(
     enable_progress_bar=False, enable_model_summary=False, callbacks=[GpuspanCallback()],
 )
 try:
-    trainer.fit(Model(), torch.utils.data.DataLoader(dataset(8), batch_size=2))
+    trainer.fit(Failing(), torch.utils.data.DataLoader(dataset(8), batch_size=2))
 except torch.cuda.OutOfMemoryError:
     print("raised")
 print("reported:", reported, "owner:", _claim.owner())

@@ -7,18 +7,11 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import MIB, clean_env, read_spans
+from conftest import DEVICE_USES, MIB, live_device_env, read_spans
 
-TRAIN = """
+TRAIN = DEVICE_USES + """
 import os, sys, time
 import torch
-
-live = os.environ["FAKE_NVML_LIVE_FILE"]
-
-def device_uses(mib):
-    with open(live + ".tmp", "w") as f:
-        f.write(f"used 0 {mib * 1024 * 1024}\\n")
-    os.replace(live + ".tmp", live)
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
@@ -42,15 +35,7 @@ sys.exit(int(os.environ.get("EXIT_CODE", "0")))
 def run(tmp_path, fake_nvml, exit_code):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(TRAIN))
-    live = tmp_path / "gpu"
-    live.write_text(f"used 0 {1000 * MIB}\n")
-    env = clean_env(
-        GPUSPAN_NVML_LIB=fake_nvml,
-        FAKE_NVML_LIVE_FILE=live,
-        GPUSPAN_SAMPLE_INTERVAL="10ms",
-        GPUSPAN_RUN_ID="job",
-        EXIT_CODE=exit_code,
-    )
+    env = live_device_env(tmp_path, fake_nvml, GPUSPAN_RUN_ID="job", EXIT_CODE=exit_code)
     env.pop("PYTHONPATH", None)
     proc = subprocess.run(
         [sys.executable, "-m", "gpuspan", "run", "train.py"],

@@ -3,7 +3,7 @@ every Trainer made afterwards get exactly one GpuspanCallback, none more when th
 passed its own, and the auto-added one records the training."""
 
 from conftest import read_spans, run_python
-from frameworks import PRELUDE, by_start, framework_env
+from frameworks import LIGHTNING_MODEL, PRELUDE, by_start, framework_env
 
 LIGHTNING = (
     PRELUDE
@@ -30,18 +30,9 @@ for passed in ([mine], mine):
     assert ours(pl.Trainer(callbacks=passed, **quiet)) == [mine]
 print("passed: mine only")
 
-
-class Model(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+"""
+    + LIGHTNING_MODEL
+    + """
 
 
 auto.fit(Model(), torch.utils.data.DataLoader(dataset(6), batch_size=2))

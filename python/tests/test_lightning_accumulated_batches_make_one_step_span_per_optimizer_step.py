@@ -3,7 +3,7 @@ step, covering all the batches accumulated for it (the last, shorter group of an
 included), and `ml.step` counts optimizer steps as `trainer.global_step` does."""
 
 from conftest import read_spans, run_python
-from frameworks import PRELUDE, by_start, framework_env
+from frameworks import LIGHTNING_MODEL, PRELUDE, by_start, framework_env
 
 SCRIPT = (
     PRELUDE
@@ -12,20 +12,15 @@ import lightning.pytorch as pl
 
 from gpuspan.lightning import GpuspanCallback
 
+"""
+    + LIGHTNING_MODEL
+    + """
 
-class Model(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
+class Scripted(Model):
     def training_step(self, batch, batch_idx):
         use(2000 + batch_idx)  # the peak of the step says which batches it covered
         use(1000)
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+        return super().training_step(batch, batch_idx)
 
 
 use(1000, wait=False)
@@ -34,7 +29,7 @@ trainer = pl.Trainer(
     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
     callbacks=[GpuspanCallback()],
 )
-trainer.fit(Model(), torch.utils.data.DataLoader(dataset(20), batch_size=2))
+trainer.fit(Scripted(), torch.utils.data.DataLoader(dataset(20), batch_size=2))
 print("global_step:", trainer.global_step)
 """
 )

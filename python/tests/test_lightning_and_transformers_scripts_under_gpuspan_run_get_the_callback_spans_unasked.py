@@ -8,23 +8,15 @@ import sys
 import textwrap
 
 from conftest import MIB, read_spans
-from frameworks import by_start, framework_env
+from frameworks import LIGHTNING_MODEL, TOKENS, by_start, framework_env
 
-LIGHTNING = """
+LIGHTNING = (
+    """
 import torch
 import lightning.pytorch as pl
-
-class Model(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+"""
+    + LIGHTNING_MODEL
+    + """
 
 g = torch.Generator().manual_seed(0)
 data = torch.utils.data.TensorDataset(torch.randn(20, 4, generator=g), torch.randn(20, 1, generator=g))
@@ -35,22 +27,15 @@ trainer = pl.Trainer(
 trainer.fit(Model(), torch.utils.data.DataLoader(data, batch_size=4))
 print("callbacks:", sorted(type(c).__name__ for c in trainer.callbacks if "Gpuspan" in type(c).__name__))
 """
+)
 
-TRANSFORMERS = """
+TRANSFORMERS = (
+    """
 import torch
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
-
-class Tokens(torch.utils.data.Dataset):
-    def __init__(self, n):
-        g = torch.Generator().manual_seed(n)
-        self.ids = torch.randint(0, 50, (n, 8), generator=g)
-        self.labels = torch.randint(0, 2, (n,), generator=g)
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "labels": self.labels[i]}
+"""
+    + TOKENS
+    + """
 
 config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                     intermediate_size=32, max_position_embeddings=16, num_labels=2)
@@ -61,6 +46,7 @@ trainer = Trainer(model=BertForSequenceClassification(config), args=args, train_
 trainer.train()
 print("global steps:", trainer.state.global_step)
 """
+)
 
 
 def gpuspan_run(tmp_path, fake_nvml, script):

@@ -3,7 +3,7 @@ uses, the older `pytorch_lightning` included, and `import gpuspan` (or
 `gpuspan.lightning`) imports no framework."""
 
 from conftest import clean_env, read_spans, run_python
-from frameworks import PRELUDE, by_start, framework_env
+from frameworks import LIGHTNING_MODEL, PRELUDE, by_start, framework_env
 
 OLD_PACKAGE = (
     PRELUDE
@@ -15,18 +15,9 @@ from gpuspan import lightning as gl
 print("subclass:", issubclass(gl.GpuspanCallback, pl.Callback))
 gl._auto_install(pl)
 
-
-class Model(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+"""
+    + LIGHTNING_MODEL
+    + """
 
 
 trainer = pl.Trainer(

@@ -10,9 +10,9 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import MIB, clean_env, read_spans
+from conftest import DEVICE_USES, live_device_env, read_spans
 
-TRAIN = """
+TRAIN = DEVICE_USES + """
 import json, os, sys, time
 import torch
 
@@ -23,12 +23,6 @@ def dump(path):
     with open(path, "w") as f:
         json.dump({"history": calls}, f)
 torch.cuda.memory._dump_snapshot = dump
-
-live = os.environ["FAKE_NVML_LIVE_FILE"]
-def device_uses(mib):
-    with open(live + ".tmp", "w") as f:
-        f.write(f"used 0 {mib * 1024 * 1024}\\n")
-    os.replace(live + ".tmp", live)
 
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -46,15 +40,7 @@ for step in range(4):
 
 def test_snapshots_are_saved_at_the_near_oom_and_the_oom(tmp_path, fake_nvml):
     (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN))
-    live = tmp_path / "gpu"
-    live.write_text(f"used 0 {1000 * MIB}\n")
-    env = clean_env(
-        GPUSPAN_NVML_LIB=fake_nvml,
-        FAKE_NVML_LIVE_FILE=live,
-        GPUSPAN_SAMPLE_INTERVAL="10ms",
-        GPUSPAN_RUN_ID="r",
-        GPUSPAN_TORCH_MEMORY_HISTORY=5000,
-    )
+    env = live_device_env(tmp_path, fake_nvml, GPUSPAN_RUN_ID="r", GPUSPAN_TORCH_MEMORY_HISTORY=5000)
     proc = subprocess.run(
         [sys.executable, "-m", "gpuspan", "run", "train.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,

@@ -5,7 +5,7 @@ BERT, gradient accumulation and an evaluation each epoch: an `epoch` span per ep
 the memory the fake device was scripted with while it was open."""
 
 from conftest import read_spans, run_python
-from frameworks import PRELUDE, by_start, framework_env, memory, parent
+from frameworks import PRELUDE, TOKENS, by_start, framework_env, memory, parent
 
 SCRIPT = (
     PRELUDE
@@ -21,18 +21,9 @@ from transformers import (
 from gpuspan import _claim
 from gpuspan.transformers import GpuspanCallback
 
-
-class Tokens(torch.utils.data.Dataset):
-    def __init__(self, n):
-        g = torch.Generator().manual_seed(n)
-        self.ids = torch.randint(0, 50, (n, 8), generator=g)
-        self.labels = torch.randint(0, 2, (n,), generator=g)
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "labels": self.labels[i]}
+"""
+    + TOKENS
+    + """
 
 
 class Counts(TrainerCallback):
