@@ -194,7 +194,9 @@ class _OptimizerSteps:
         try:
             if self._span is None and self._torch.is_grad_enabled() and self._mine():
                 self._open()
-            if self._span is not None or self._failed:
+            if self._span is not None or self._failed or _claim._owner is not None:
+                # Its work is done (or a callback opens the steps): every module call
+                # would pay for it.
                 self._first_forward_handle.remove()
         except Exception as error:  # noqa: BLE001 - never break the program
             _warn("the step hooks failed", error)
