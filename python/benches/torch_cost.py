@@ -6,7 +6,12 @@
    the ratio of the medians.
 2. The hooks alone, in this process: `optimizer.step()` of a one-parameter SGD, with and
    without the step hooks (gpuspan set up, spans going to a run directory), taking turns;
-   the difference of the medians is the Python time the hooks add to each step.
+   the difference of the medians of the training thread's CPU time is what the hooks add
+   to each step (ending one step span and opening the next).
+
+Wall time and the training thread's CPU time are both shown: on a busy machine the
+export thread's work competes with the training thread for a core, which wall time shows
+and thread CPU time leaves out.
 
     python torch_cost.py STEPS ROUNDS        # torch_run.sh sets up the venv and the fake NVML
 """
@@ -28,13 +33,15 @@ def end_to_end(steps, rounds, work):
         "alone": [sys.executable, script, str(steps)],
         "gpuspan run": [sys.executable, "-m", "gpuspan", "run", script, str(steps)],
     }
-    times = {name: [] for name in cases}
+    times = {(name, kind): [] for name in cases for kind in ("seconds_per_step", "cpu_per_step")}
     for _ in range(rounds):
         for name, command in cases.items():
             out = subprocess.run(command, cwd=work, capture_output=True, text=True, check=True)
             line = [text for text in out.stdout.splitlines() if text.startswith("{")][-1]
-            times[name].append(json.loads(line)["seconds_per_step"])
-    return {name: statistics.median(t) for name, t in times.items()}
+            figures = json.loads(line)
+            for kind in ("seconds_per_step", "cpu_per_step"):
+                times[(name, kind)].append(figures[kind])
+    return {key: statistics.median(t) for key, t in times.items()}
 
 
 def hooks_alone(steps, rounds, work):
@@ -49,10 +56,10 @@ def hooks_alone(steps, rounds, work):
     optimizer = torch.optim.SGD([param], lr=0.1)
 
     def timed():
-        start = time.perf_counter()
+        start = time.thread_time()
         for _ in range(steps):
             optimizer.step()
-        return (time.perf_counter() - start) / steps
+        return (time.thread_time() - start) / steps
 
     timed()  # warm-up
     without, with_hooks = [], []
@@ -69,13 +76,14 @@ def hooks_alone(steps, rounds, work):
 def main(steps, rounds):
     with tempfile.TemporaryDirectory() as work:
         medians = end_to_end(steps, rounds, work)
-        alone, run = medians["alone"], medians["gpuspan run"]
         print(f"torch MLP, {steps} steps x {rounds} rounds (median per step):")
-        print(f"  alone            {alone * 1e3:8.3f} ms")
-        print(f"  gpuspan run      {run * 1e3:8.3f} ms   ratio {run / alone:.4f} "
-              f"({(run - alone) * 1e6:+.1f} us/step)")
+        for kind, label in (("seconds_per_step", "wall"), ("cpu_per_step", "training-thread CPU")):
+            alone, run = medians[("alone", kind)], medians[("gpuspan run", kind)]
+            print(f"  {label}: alone {alone * 1e3:.3f} ms, under gpuspan run {run * 1e3:.3f} ms, "
+                  f"ratio {run / alone:.4f} ({(run - alone) * 1e6:+.1f} us/step)")
         bare, hooked = hooks_alone(steps * 10, rounds, work)
-        print(f"optimizer.step() of one parameter, {steps * 10} steps x {rounds} rounds:")
+        print(f"optimizer.step() of one parameter, {steps * 10} steps x {rounds} rounds "
+              "(training-thread CPU):")
         print(f"  without hooks    {bare * 1e6:8.2f} us")
         print(f"  with step hooks  {hooked * 1e6:8.2f} us   added {(hooked - bare) * 1e6:.2f} us/step")
 

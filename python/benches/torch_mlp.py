@@ -1,5 +1,7 @@
 """A small PyTorch MLP trained on the CPU (about 2 ms a step), the workload of
-torch_cost.py. It never imports gpuspan; it prints its own per-step time as JSON.
+torch_cost.py. It never imports gpuspan; it prints its own per-step time as JSON: wall
+time, and the training thread's CPU time (what the loop itself spent, whatever else the
+machine runs; torch computes on this thread with one intra-op thread).
 
     python torch_mlp.py STEPS
 """
@@ -29,11 +31,11 @@ def main(steps):
 
     for _ in range(50):  # warm-up, outside the timed part
         step()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     for _ in range(steps):
         step()
-    elapsed = time.perf_counter() - start
-    print(json.dumps({"steps": steps, "seconds_per_step": elapsed / steps}))
+    elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
+    print(json.dumps({"steps": steps, "seconds_per_step": elapsed / steps, "cpu_per_step": cpu / steps}))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ if [ ! -x "$DIR/venv/bin/python" ]; then
     "$PYTHON" -m venv "$DIR/venv"
     "$DIR/venv/bin/pip" install --quiet --disable-pip-version-check uv
     "$DIR/venv/bin/python" -m uv pip install --quiet --compile-bytecode \
-        --python "$DIR/venv/bin/python" maturin==1.16.0 torch==2.15.0
+        --python "$DIR/venv/bin/python" maturin==1.16.0 torch==2.15.0 numpy
 fi
 (cd python && "../$DIR/venv/bin/maturin" build --release --quiet --out "../$DIR/wheels")
 "$DIR/venv/bin/python" -m uv pip install --quiet --python "$DIR/venv/bin/python" --reinstall \
