@@ -1,7 +1,8 @@
 """`gpuspan run`'s bootstrap never changes a program: a script that does not import torch
 gets no warning and no step span, and an interpreter that has torch but cannot import gpuspan
 runs the training as it would alone, with one warning line that says how to fix it. Both get
-the `run` span and keep their exit code."""
+the `run` span and keep their exit code. A `sitecustomize` the environment already had still
+runs."""
 
 import subprocess
 import sys
@@ -48,6 +49,16 @@ def test_a_script_without_torch_runs_untouched(tmp_path, fake_nvml):
     assert "warning" not in proc.stderr
     spans = read_spans(tmp_path / "gpuspan-runs" / "r" / "traces.jsonl")
     assert [s["name"] for s in spans] == ["run"]
+
+
+def test_a_sitecustomize_the_environment_had_still_runs(tmp_path, fake_nvml):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.own_site_ran = True\n")
+    (tmp_path / "tool.py").write_text("import sys\nprint(getattr(sys, 'own_site_ran', False))\n")
+    env = clean_env(GPUSPAN_NVML_LIB=fake_nvml, GPUSPAN_RUN_ID="r", PYTHONPATH=site)
+    proc = gpuspan_run([sys.executable, "tool.py"], tmp_path, env)
+    assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
 
 
 def interpreter_without_gpuspan(tmp_path):
