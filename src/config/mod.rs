@@ -519,11 +519,21 @@ mod tests {
         ];
         let settings = with_env(&open_mpi, || resolve(&CodeSettings::default())).unwrap();
         let rank = &settings.rank;
-        assert_eq!((rank.rank, rank.local_rank, rank.world_size), (Some(6), Some(2), Some(8)));
-        let mpich = [("PMI_RANK", "1"), ("MPI_LOCALRANKID", "1"), ("PMI_SIZE", "2")];
+        assert_eq!(
+            (rank.rank, rank.local_rank, rank.world_size),
+            (Some(6), Some(2), Some(8))
+        );
+        let mpich = [
+            ("PMI_RANK", "1"),
+            ("MPI_LOCALRANKID", "1"),
+            ("PMI_SIZE", "2"),
+        ];
         let settings = with_env(&mpich, || resolve(&CodeSettings::default())).unwrap();
         let rank = &settings.rank;
-        assert_eq!((rank.rank, rank.local_rank, rank.world_size), (Some(1), Some(1), Some(2)));
+        assert_eq!(
+            (rank.rank, rank.local_rank, rank.world_size),
+            (Some(1), Some(1), Some(2))
+        );
     }
 
     #[test]
