@@ -62,6 +62,7 @@ pub mod cli;
 #[cfg(feature = "collect")]
 pub mod collect;
 mod config;
+mod destinations;
 mod diagnose;
 mod error;
 mod export;

@@ -119,7 +119,7 @@ impl Collector {
         let source = telemetry.memory_source().unwrap_or("none").to_owned();
         let run_dir = telemetry.run_dir().map(Path::to_path_buf);
         let traces_run_dir = match (&settings.traces, &run_dir) {
-            (config::Destination::RunDir, None) => {
+            (traces, None) if *traces == config::Destination::RunDir => {
                 let dir = settings.run_dir();
                 std::fs::create_dir_all(&dir).map_err(|source| {
                     CollectError::Init(crate::InitError::RunDir {
@@ -131,7 +131,7 @@ impl Collector {
             }
             (_, dir) => dir.clone(),
         };
-        let forward_to = describe(&settings.traces, traces_run_dir.as_deref());
+        let forward_to = crate::destinations::describe(&settings.traces, traces_run_dir.as_deref());
 
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -146,7 +146,8 @@ impl Collector {
             },
         )?;
         let enricher = Enricher::new(&source, &timelines.device_indexes);
-        let metrics_to = describe(&settings.metrics, traces_run_dir.as_deref());
+        let metrics_to =
+            crate::destinations::describe(&settings.metrics, traces_run_dir.as_deref());
         let names = [forward_to.as_str(), metrics_to.as_str()];
         let forwarding = Forwarding::start(sinks, enricher, Arc::clone(&timelines), names)
             .map_err(CollectError::Runtime)?;
@@ -324,15 +325,4 @@ fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     })
-}
-
-fn describe(destination: &config::Destination, run_dir: Option<&Path>) -> String {
-    match destination {
-        config::Destination::Otlp(target) => target.endpoint.clone(),
-        config::Destination::RunDir => {
-            run_dir.map_or("the run directory".into(), |d| d.display().to_string())
-        }
-        config::Destination::Console => "standard output".into(),
-        config::Destination::None => "nowhere (OTEL_TRACES_EXPORTER=none)".into(),
-    }
 }

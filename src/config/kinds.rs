@@ -7,19 +7,42 @@ use std::str::FromStr;
 
 use super::error::InvalidValue;
 
-/// Where a signal goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Exporter {
+/// Declares [`Exporter`] from one line per exporter: its variant and its spelling. What each
+/// does lives in its own file of `crate::destinations`, listed there in `KINDS`.
+macro_rules! exporters {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
+        /// Where a signal goes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub enum Exporter {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Exporter {
+            /// Every exporter, in the order of the list.
+            pub(crate) const ALL: [Exporter; [$(Exporter::$variant),*].len()] =
+                [$(Exporter::$variant),*];
+
+            /// The spelling the environment, the command line and Python take.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Exporter::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+exporters! {
     /// OTLP to a collector (`otlp`).
-    Otlp,
+    Otlp = "otlp",
     /// OTLP/JSON lines on standard output (`console`).
-    Console,
+    Console = "console",
     /// Nowhere (`none`).
-    None,
+    None = "none",
     /// The run directory (`run_dir`, `gpuspan-runs/<run-id>/`): the default when no
     /// endpoint is set.
-    RunDir,
+    RunDir = "run_dir",
 }
 
 /// OTLP transport.
@@ -48,25 +71,6 @@ pub(crate) const EXPORTERS: &str = "otlp, console or none, or run_dir for the ru
 pub(crate) const PROTOCOLS: &str = "grpc or http/protobuf (http for short)";
 /// What [`Compression`] parses.
 pub(crate) const COMPRESSIONS: &str = "gzip or none";
-
-impl Exporter {
-    const ALL: [Exporter; 4] = [
-        Exporter::Otlp,
-        Exporter::Console,
-        Exporter::None,
-        Exporter::RunDir,
-    ];
-
-    /// The spelling the environment, the command line and Python take.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Exporter::Otlp => "otlp",
-            Exporter::Console => "console",
-            Exporter::None => "none",
-            Exporter::RunDir => "run_dir",
-        }
-    }
-}
 
 impl Protocol {
     /// The spelling the environment, the command line and Python take.

@@ -71,7 +71,7 @@ pub(crate) fn resolve(
 pub(crate) fn from_env(code: PictureCode, settings: &Settings) -> Result<Pictures, InitError> {
     let run_dir_in_use = [&settings.traces, &settings.metrics]
         .iter()
-        .any(|d| matches!(d, Destination::RunDir));
+        .any(|d| **d == Destination::RunDir);
     resolve(code, process_var, run_dir_in_use)
 }
 

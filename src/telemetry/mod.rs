@@ -3,7 +3,6 @@
 mod builder;
 mod diagnose_setters;
 mod gpu_source;
-mod pipeline;
 mod settings;
 mod shutdown;
 
@@ -22,6 +21,7 @@ pub use builder::Builder;
 pub use settings::{setting, settings};
 
 use crate::config::{Destination, Settings};
+use crate::destinations::Pipes;
 use crate::error::{InitError, ShutdownError};
 use crate::export::health::{ExportCounts, ExportHealth, ExportTally};
 use crate::export::queue::QueueConfig;
@@ -31,7 +31,6 @@ use crate::metrics::Durations;
 use crate::runlog::SummaryTap;
 use crate::sampler::{Sampler, SamplerStats};
 use crate::source::MemorySource;
-use pipeline::Pipes;
 
 /// Sets gpuspan up from the environment and installs it as the global tracing subscriber.
 ///
@@ -348,7 +347,7 @@ impl Inner {
 
         let uses_run_dir = [&settings.traces, &settings.metrics]
             .iter()
-            .any(|d| matches!(d, Destination::RunDir));
+            .any(|d| **d == Destination::RunDir);
         let run_dir = if uses_run_dir {
             let dir = settings.run_dir();
             std::fs::create_dir_all(&dir).map_err(|source| InitError::RunDir {
