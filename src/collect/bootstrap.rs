@@ -24,10 +24,8 @@ impl Bootstrap {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "gpuspan-run-{}-{nanos:09}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("gpuspan-run-{}-{nanos:09}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let bootstrap = Self { dir };
         std::fs::write(bootstrap.dir.join("sitecustomize.py"), SITECUSTOMIZE)?;
@@ -62,8 +60,14 @@ mod tests {
         assert_eq!(written, SITECUSTOMIZE);
         let path = bootstrap.python_path(Some(OsString::from("/a:/b")));
         let parts: Vec<PathBuf> = std::env::split_paths(&path).collect();
-        assert_eq!(parts, vec![dir.clone(), PathBuf::from("/a"), PathBuf::from("/b")]);
-        assert_eq!(bootstrap.python_path(Some(OsString::new())), dir.as_os_str());
+        assert_eq!(
+            parts,
+            vec![dir.clone(), PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+        assert_eq!(
+            bootstrap.python_path(Some(OsString::new())),
+            dir.as_os_str()
+        );
         drop(bootstrap);
         assert!(!dir.exists());
     }

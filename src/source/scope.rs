@@ -144,9 +144,16 @@ mod tests {
 
     #[test]
     fn a_rank_position_picks_one_device_of_the_scope_or_keeps_all() {
-        let devices = || (0..4).map(|i| device(i, &format!("GPU-{i}"))).collect::<Vec<_>>();
+        let devices = || {
+            (0..4)
+                .map(|i| device(i, &format!("GPU-{i}")))
+                .collect::<Vec<_>>()
+        };
         let kept = |scope: &DeviceScope| -> Vec<u32> {
-            let inside = devices().into_iter().filter(|d| scope.includes(d)).collect();
+            let inside = devices()
+                .into_iter()
+                .filter(|d| scope.includes(d))
+                .collect();
             scope.pick(inside).iter().map(|d| d.index).collect()
         };
         // CUDA's device 1 is the second entry of CUDA_VISIBLE_DEVICES, whatever its index.
