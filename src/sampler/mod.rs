@@ -132,7 +132,11 @@ impl Sampler {
                     Arc::clone(&shared),
                     Arc::clone(&stop),
                 );
-                let (thread, done) = spawn("gpuspan-processes", move || p.run(&s, &stop))?;
+                // Late lists only coarsen the process figures: they yield to the program.
+                let (thread, done) = spawn("gpuspan-processes", move || {
+                    crate::background::background_priority();
+                    p.run(&s, &stop)
+                })?;
                 Some((processes, thread, done))
             }
             None => None,
