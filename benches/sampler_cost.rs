@@ -229,15 +229,14 @@ fn realistic(window: Duration) {
         std::thread::sleep(Duration::from_millis(300));
         let reads0 = fake.call_count("nvmlDeviceGetMemoryInfo_v2");
         let held0 = fake.driver_lock_held();
-        let cpu0 = common::threads_cpu(SAMPLER) + common::threads_cpu("gpuspan-processes");
-        let processes0 = common::threads_cpu("gpuspan-processes");
+        let cpu0 = common::threads_cpu(SAMPLER) + common::threads_cpu("gpuspan-procs");
+        let processes0 = common::threads_cpu("gpuspan-procs");
         let t0 = Instant::now();
         std::thread::sleep(window);
         let wall = t0.elapsed();
-        let processes = common::threads_cpu("gpuspan-processes") - processes0;
-        let cpu = common::threads_cpu(SAMPLER) + common::threads_cpu("gpuspan-processes")
-            - cpu0
-            - processes;
+        let processes = common::threads_cpu("gpuspan-procs") - processes0;
+        let cpu =
+            common::threads_cpu(SAMPLER) + common::threads_cpu("gpuspan-procs") - cpu0 - processes;
         let rounds = (fake.call_count("nvmlDeviceGetMemoryInfo_v2") - reads0) / u64::from(devices);
         let held = fake.driver_lock_held() - held0;
         let stats = telemetry.sampler_stats().expect("sampler stats");

@@ -103,7 +103,7 @@ fn spawn(
 impl Sampler {
     /// Takes one reading right away (so the first span has start figures), then keeps
     /// sampling every `interval` on a thread named `gpuspan-sampler`; process lists that
-    /// cost too much for that thread run on `gpuspan-processes` (see `processes.rs`).
+    /// cost too much for that thread run on `gpuspan-procs` (see `processes.rs`).
     pub(crate) fn start(
         mut source: Option<Box<dyn MemorySource>>,
         interval: Duration,
@@ -133,7 +133,7 @@ impl Sampler {
                     Arc::clone(&stop),
                 );
                 // Late lists only coarsen the process figures: they yield to the program.
-                let (thread, done) = spawn("gpuspan-processes", move || {
+                let (thread, done) = spawn("gpuspan-procs", move || {
                     crate::background::background_priority();
                     p.run(&s, &stop)
                 })?;

@@ -10,7 +10,7 @@
 //! Who lists: while a round over every device costs under [`SHARE`] of one sampling
 //! interval, the sampler thread lists inline, right after its memory reads (a cheap list
 //! then delays nothing measurable, and a tick's process figures are that tick's). Beyond
-//! that, the lists move to the `gpuspan-processes` thread, one device at a time, spread
+//! that, the lists move to the `gpuspan-procs` thread, one device at a time, spread
 //! over the cadence, so a slow list never delays a memory read. The lister is behind a
 //! mutex that only one of the two threads takes at a time (the other is parked).
 
@@ -164,7 +164,7 @@ impl Processes {
         every
     }
 
-    /// The `gpuspan-processes` thread: lists one device at a time while the lists are off
+    /// The `gpuspan-procs` thread: lists one device at a time while the lists are off
     /// the sampler thread, spread evenly over the cadence.
     pub(super) fn run(self: &Arc<Self>, shared: &Shared, stop: &AtomicBool) {
         let _ = self.thread.set(std::thread::current());

@@ -87,7 +87,7 @@ pub trait MemorySource: Send + 'static {
 /// Lists the processes of one device at a time, for [`MemorySource::process_lister`].
 ///
 /// The sampler calls it from its thread while lists are cheap and from a thread of its
-/// own (`gpuspan-processes`) once they are not, never from two threads at once.
+/// own (`gpuspan-procs`) once they are not, never from two threads at once.
 pub trait ProcessLister: Send + 'static {
     /// This process's memory on the device at `position` (in the source's
     /// [`devices`](MemorySource::devices) order), in bytes; `None` when the driver cannot

@@ -188,8 +188,11 @@ pub(crate) struct NvmlProcesses {
     supported: Vec<bool>,
     /// Every process's memory, kept only when asked for, from each device's latest list
     /// (`None`: that list was incomplete).
-    all: Option<(ProcessTable, Vec<Option<Vec<(u32, u64)>>>)>,
+    all: Option<(ProcessTable, Vec<Option<DeviceList>>)>,
 }
+
+/// One device's processes as `(pid, bytes)`.
+type DeviceList = Vec<(u32, u64)>;
 
 // SAFETY: as for `NvmlSource`; the lister is used by one thread at a time.
 unsafe impl Send for NvmlProcesses {}
@@ -210,7 +213,7 @@ impl NvmlProcesses {
     }
 
     /// Sums the devices' latest lists into the shared table.
-    fn publish(&mut self, position: usize, list: Option<Vec<(u32, u64)>>) {
+    fn publish(&mut self, position: usize, list: Option<DeviceList>) {
         let Some((table, lists)) = &mut self.all else {
             return;
         };
