@@ -186,5 +186,72 @@ fn main() {
             );
         }
     }
+    if !real {
+        realistic(window.max(Duration::from_secs(1)));
+    }
     println!("after: load average {}", common::load());
+}
+
+/// The cadence against a driver that costs what a real one does (the fake with
+/// `REALISTIC_LATENCIES`: a memory read 12 µs, spun; a process list 4.5 ms per call,
+/// slept, holding the fake's driver lock): memory rounds kept out of those scheduled
+/// (counted in the fake), the CPU of both sampler threads, how often each device's
+/// processes were listed, and the share of the time the driver lock was held.
+fn realistic(window: Duration) {
+    let interval = Duration::from_millis(5);
+    println!("with a real driver's latencies, at {interval:?}, {window:?} per configuration:");
+    println!(
+        "{:>7} {:>10} {:>12} {:>14} {:>11} {:>14} {:>11} {:>6}",
+        "devices",
+        "kept",
+        "sampler %cpu",
+        "processes %cpu",
+        "max gap ms",
+        "process every",
+        "lock held",
+        "load1"
+    );
+    for devices in [1u32, 8] {
+        let fake = FakeNvml::build();
+        fake.set_device_count(devices);
+        fake.set_processes(0, &[(std::process::id(), 1 << 30)]);
+        fake.set_realistic_latencies();
+        let telemetry = Telemetry::builder()
+            .summary(false)
+            .flush_on_signal(false)
+            .sample_interval(interval)
+            .traces_exporter(Exporter::None)
+            .metrics_exporter(Exporter::None)
+            .nvml_lib(fake.path())
+            .build()
+            .expect("gpuspan builds");
+        // Past the first round of lists.
+        std::thread::sleep(Duration::from_millis(300));
+        let reads0 = fake.call_count("nvmlDeviceGetMemoryInfo_v2");
+        let held0 = fake.driver_lock_held();
+        let cpu0 = common::threads_cpu(SAMPLER) + common::threads_cpu("gpuspan-procs");
+        let processes0 = common::threads_cpu("gpuspan-procs");
+        let t0 = Instant::now();
+        std::thread::sleep(window);
+        let wall = t0.elapsed();
+        let processes = common::threads_cpu("gpuspan-procs") - processes0;
+        let cpu =
+            common::threads_cpu(SAMPLER) + common::threads_cpu("gpuspan-procs") - cpu0 - processes;
+        let rounds = (fake.call_count("nvmlDeviceGetMemoryInfo_v2") - reads0) / u64::from(devices);
+        let held = fake.driver_lock_held() - held0;
+        let stats = telemetry.sampler_stats().expect("sampler stats");
+        telemetry.shutdown().expect("shutdown");
+        let scheduled = wall.as_secs_f64() / interval.as_secs_f64();
+        println!(
+            "{:>7} {:>9.1}% {:>11.3}% {:>13.3}% {:>11.2} {:>14} {:>10.2}% {:>6}",
+            devices,
+            100.0 * rounds as f64 / scheduled,
+            100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+            100.0 * processes.as_secs_f64() / wall.as_secs_f64(),
+            stats.max_gap.as_secs_f64() * 1e3,
+            format!("{:.0?}", stats.process_interval.unwrap_or_default()),
+            100.0 * held.as_secs_f64() / wall.as_secs_f64(),
+            common::load().split(' ').next().unwrap_or("?"),
+        );
+    }
 }

@@ -345,6 +345,10 @@ fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), CommandError>
         let summary = runlog::read_run(&run)?;
         println!("{}", run.display());
         print!("{}", summary.render());
+        // A note beside the table (stderr), not a row of it.
+        if let Some(line) = runlog::sampler::trust_line(&run) {
+            eprintln!("{line}");
+        }
     }
     Ok(())
 }

@@ -105,6 +105,8 @@ pub use error::{InitError, ShutdownError};
 pub use export::health::{ExportCounts, ExportTally};
 pub use layer::record_allocator;
 pub use sampler::SamplerStats;
-pub use source::{Device, DeviceReading, DeviceScope, DeviceScopeError, MemorySource};
+pub use source::{
+    Device, DeviceReading, DeviceScope, DeviceScopeError, MemorySource, ProcessLister,
+};
 pub use span::{MemorySpan, SpanMemory};
 pub use telemetry::{init, Builder, DeviceMemory, Telemetry};

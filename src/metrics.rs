@@ -5,6 +5,7 @@
 //! a device.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry::metrics::{Histogram, Meter};
 use opentelemetry::KeyValue;
@@ -12,7 +13,7 @@ use opentelemetry::KeyValue;
 use crate::figures::int;
 use crate::names::{attribute as attr, metric};
 use crate::record::{Role, SpanRecord};
-use crate::sampler::{figure, Shared};
+use crate::sampler::{figure, Call, SelfMeter, Shared};
 
 /// Bucket bounds in seconds for step and epoch durations: milliseconds to an hour.
 const DURATION_BOUNDS: [f64; 20] = [
@@ -170,6 +171,75 @@ impl crate::export::tap::SpanTap for Durations {
         let seconds = record.seconds();
         for histogram in histograms {
             histogram.record(seconds, &[]);
+        }
+    }
+}
+
+/// Bucket bounds in seconds for the sampler's driver calls and intervals: a microsecond
+/// (a memory read) to a second (a hung driver).
+const SAMPLER_BOUNDS: [f64; 19] = [
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
+    5e-2, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// The sampler's own instruments on every meter provider: `gpuspan.sampler.read.duration`
+/// and `gpuspan.sampler.interval`, fed from the sampler's threads (see [`SelfMeter`]), and
+/// `gpuspan.sampler.missed_ticks`, read from what the sampler counts.
+#[derive(Debug, Default)]
+pub(crate) struct SamplerInstruments {
+    reads: Vec<Histogram<f64>>,
+    intervals: Vec<Histogram<f64>>,
+    /// `gpuspan.sampler.call` of each kind, made once.
+    calls: Vec<[KeyValue; 1]>,
+}
+
+impl SamplerInstruments {
+    /// Adds the instruments on `meter`.
+    pub(crate) fn register(&mut self, meter: &Meter, shared: &Arc<Shared>) {
+        let histogram = |name: &'static str, description: &'static str| {
+            meter
+                .f64_histogram(name)
+                .with_unit("s")
+                .with_description(description)
+                .with_boundaries(SAMPLER_BOUNDS.to_vec())
+                .build()
+        };
+        self.reads.push(histogram(
+            metric::GPUSPAN_SAMPLER_READ_DURATION,
+            "How long each driver call of gpuspan's sampler took, per kind of call",
+        ));
+        self.intervals.push(histogram(
+            metric::GPUSPAN_SAMPLER_INTERVAL,
+            "Time between two readings of device memory, as achieved",
+        ));
+        self.calls = Call::ALL
+            .iter()
+            .map(|call| [KeyValue::new(attr::GPUSPAN_SAMPLER_CALL, call.name())])
+            .collect();
+        let s = Arc::clone(shared);
+        meter
+            .u64_observable_counter(metric::GPUSPAN_SAMPLER_MISSED_TICKS)
+            .with_unit("{tick}")
+            .with_description("Readings of device memory the sampler could not take on schedule")
+            .with_callback(move |observer| observer.observe(s.missed_ticks(), &[]))
+            .build();
+    }
+}
+
+impl SelfMeter for SamplerInstruments {
+    fn read(&self, call: Call, took: Duration) {
+        let position = Call::ALL.iter().position(|c| *c == call).unwrap_or(0);
+        let Some(attributes) = self.calls.get(position) else {
+            return;
+        };
+        for histogram in &self.reads {
+            histogram.record(took.as_secs_f64(), attributes);
+        }
+    }
+
+    fn interval(&self, gap: Duration) {
+        for histogram in &self.intervals {
+            histogram.record(gap.as_secs_f64(), &[]);
         }
     }
 }

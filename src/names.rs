@@ -38,7 +38,9 @@ pub mod attribute {
     pub const GPU_MEMORY_SOURCE: &str = "gpu.memory.source";
     /// How many samples the peak was taken over.
     pub const GPU_MEMORY_SAMPLES: &str = "gpu.memory.samples";
-    /// The sampling interval the figures of another program's span were read at.
+    /// The width in ns each device-memory figure stands for: on spans `gpuspan collect`
+    /// enriches, and on the SDK's spans when reading device memory was too slow for the
+    /// interval asked and the sampler widened it.
     pub const GPU_MEMORY_RESOLUTION: &str = "gpu.memory.resolution";
     /// The prefix every device-memory key shares (`gpu.memory.*`).
     pub const GPU_MEMORY_PREFIX: &str = "gpu.memory.";
@@ -54,6 +56,9 @@ pub mod attribute {
     pub const GPU_PROCESS_MEMORY_END: &str = "gpu.process.memory.end";
     /// This process's own highest device memory while the span was open.
     pub const GPU_PROCESS_MEMORY_PEAK: &str = "gpu.process.memory.peak";
+    /// How often, in ns, each device's process list was read while the span was open (the
+    /// widest while it was open): the process figures are as fine as that.
+    pub const GPU_PROCESS_MEMORY_RESOLUTION: &str = "gpu.process.memory.resolution";
 
     /// The framework allocator's highest allocated bytes while the span was open.
     pub const GPU_ALLOCATOR_ALLOCATED_PEAK: &str = "gpu.allocator.allocated.peak";
@@ -121,6 +126,9 @@ pub mod attribute {
     /// `gpuspan run`'s span: the command's exit code.
     pub const PROCESS_EXIT_CODE: &str = "process.exit.code";
 
+    /// `gpuspan.sampler.read.duration`: which kind of driver call (see [`super::sampler_call`]).
+    pub const GPUSPAN_SAMPLER_CALL: &str = "gpuspan.sampler.call";
+
     /// Device metrics: the device's UUID.
     pub const HW_ID: &str = "hw.id";
     /// Device metrics: the device's name.
@@ -131,6 +139,16 @@ pub mod attribute {
     pub const HW_TYPE: &str = "hw.type";
     /// `hw.gpu.utilization`'s task (`general`).
     pub const HW_GPU_TASK: &str = "hw.gpu.task";
+}
+
+/// The values of `gpuspan.sampler.call`.
+pub mod sampler_call {
+    /// A device's memory read (`nvmlDeviceGetMemoryInfo`).
+    pub const MEMORY: &str = "memory";
+    /// A device's process list (`nvmlDeviceGetComputeRunningProcesses`).
+    pub const PROCESSES: &str = "processes";
+    /// A device's utilization read.
+    pub const UTILIZATION: &str = "utilization";
 }
 
 /// Span event names: the findings of diagnosis.
@@ -165,4 +183,10 @@ pub mod metric {
     pub const ML_STEP_DURATION: &str = "ml.step.duration";
     /// Durations of epoch spans.
     pub const ML_EPOCH_DURATION: &str = "ml.epoch.duration";
+    /// How long each driver call of the sampler took, per kind of call.
+    pub const GPUSPAN_SAMPLER_READ_DURATION: &str = "gpuspan.sampler.read.duration";
+    /// The time between two readings of device memory, as achieved.
+    pub const GPUSPAN_SAMPLER_INTERVAL: &str = "gpuspan.sampler.interval";
+    /// Readings of device memory the sampler could not take on schedule.
+    pub const GPUSPAN_SAMPLER_MISSED_TICKS: &str = "gpuspan.sampler.missed_ticks";
 }

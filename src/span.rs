@@ -191,6 +191,11 @@ fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
     } else {
         Vec::new()
     };
+    // The coarsest a resolution was while the span was open.
+    let widest = |figure: usize| match (watermark.peak(figure), shared.latest(figure)) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
     let errors = watermark.errors();
     let error = if std::thread::panicking() {
         Some("panicked while the span was open".to_owned())
@@ -205,7 +210,8 @@ fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
         reserved_peak: watermark.peak(figure::RESERVED),
         devices,
         samples: Some(watermark.samples()),
-        resolution_ns: None,
+        resolution_ns: widest(figure::GPU_RESOLUTION),
+        process_resolution_ns: widest(figure::PROCESS_RESOLUTION),
         error,
     }
 }

@@ -66,6 +66,9 @@ pub(crate) struct SpanFigures {
     /// The width, in nanoseconds, each figure stands for, on the spans `gpuspan collect`
     /// enriches (its sampling interval, or the bucket width of an older window).
     pub(crate) resolution_ns: Option<u64>,
+    /// How often, in ns, the process lists behind `process_gpu` were read (the widest
+    /// while the span was open).
+    pub(crate) process_resolution_ns: Option<u64>,
     /// Why the span failed: devices lost while it was open, or a panic.
     pub(crate) error: Option<String>,
 }
@@ -89,11 +92,16 @@ impl SpanFigures {
     }
 
     /// Every numeric attribute but the per-device ones, in the table's order, then the
-    /// sample count and the resolution.
+    /// sample count and the resolutions (the process figures' only when they were read).
     pub(crate) fn numbers(&self) -> impl Iterator<Item = (&'static str, Number)> + '_ {
+        let process_resolution = self.process_resolution_ns.filter(|_| {
+            let p = self.process_gpu;
+            p.start.is_some() || p.end.is_some() || p.peak.is_some()
+        });
         let extra = [
             (attr::GPU_MEMORY_SAMPLES, self.samples),
             (attr::GPU_MEMORY_RESOLUTION, self.resolution_ns),
+            (attr::GPU_PROCESS_MEMORY_RESOLUTION, process_resolution),
         ];
         TRACED
             .iter()
@@ -259,6 +267,7 @@ mod tests {
                         .collect(),
                     samples: Some(17),
                     resolution_ns: None,
+                    process_resolution_ns: Some(5_000_000),
                     error: (variant == 4).then(|| "device 1 was lost".to_owned()),
                 };
                 // The program recorded its own allocator peak on the span.

@@ -35,13 +35,24 @@ pub(crate) mod figure {
     /// Allocator counters pushed by framework code.
     pub(crate) const ALLOCATED: usize = 3;
     pub(crate) const RESERVED: usize = 4;
+    /// How often, in ns, the process figures were read (their peak: the widest).
+    pub(crate) const PROCESS_RESOLUTION: usize = 5;
+    /// The widened interval device memory was read at, in ns; absent when as asked.
+    pub(crate) const GPU_RESOLUTION: usize = 6;
     /// First per-device figure.
-    pub(crate) const DEVICE0: usize = 5;
+    pub(crate) const DEVICE0: usize = 7;
 }
 
+mod cadence;
+mod cost;
+mod meter;
+mod processes;
 mod shared;
 mod watermark;
 
+use cadence::Cadence;
+pub(crate) use meter::{Call, SelfMeter};
+use processes::Processes;
 pub use shared::SamplerStats;
 pub(crate) use shared::Shared;
 pub(crate) use watermark::Watermark;
@@ -65,13 +76,36 @@ pub(crate) struct Sampler {
     thread: Option<JoinHandle<()>>,
     /// Receives when the thread has finished.
     done: std::sync::mpsc::Receiver<()>,
+    /// The process-list thread, when the source lists processes apart.
+    processes: Option<(
+        Arc<Processes>,
+        JoinHandle<()>,
+        std::sync::mpsc::Receiver<()>,
+    )>,
+}
+
+/// Runs `body` on a background thread named `name`; the receiver hears when it ends.
+fn spawn(
+    name: &str,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<(JoinHandle<()>, std::sync::mpsc::Receiver<()>)> {
+    let (finished, done) = std::sync::mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            crate::background::silence_tracing();
+            body();
+            let _ = finished.send(());
+        })?;
+    Ok((thread, done))
 }
 
 impl Sampler {
     /// Takes one reading right away (so the first span has start figures), then keeps
-    /// sampling every `interval` on a thread named `gpuspan-sampler`.
+    /// sampling every `interval` on a thread named `gpuspan-sampler`; process lists that
+    /// cost too much for that thread run on `gpuspan-procs` (see `processes.rs`).
     pub(crate) fn start(
-        source: Option<Box<dyn MemorySource>>,
+        mut source: Option<Box<dyn MemorySource>>,
         interval: Duration,
         observers: Vec<Box<dyn TickObserver>>,
     ) -> std::io::Result<Self> {
@@ -83,26 +117,40 @@ impl Sampler {
             Some(source) => (source.name().to_owned(), source.devices().to_vec()),
             None => ("none".to_owned(), Vec::new()),
         };
+        let lister = source.as_mut().and_then(|s| s.process_lister());
+        let processes =
+            lister.map(|lister| Arc::new(Processes::new(lister, devices.len(), interval)));
         let shared = Arc::new(Shared::new(name, devices, interval));
-        let mut ticker = Ticker::new(source, Arc::clone(&shared), observers);
+        let mut ticker = Ticker::new(source, Arc::clone(&shared), observers, interval);
+        ticker.processes = processes.clone();
         ticker.tick();
         let stop = Arc::new(AtomicBool::new(false));
-        let (finished, done) = std::sync::mpsc::sync_channel(1);
-        let thread = {
+        let processes = match processes {
+            Some(processes) => {
+                let (p, s, stop) = (
+                    Arc::clone(&processes),
+                    Arc::clone(&shared),
+                    Arc::clone(&stop),
+                );
+                // Late lists only coarsen the process figures: they yield to the program.
+                let (thread, done) = spawn("gpuspan-procs", move || {
+                    crate::background::background_priority();
+                    p.run(&s, &stop)
+                })?;
+                Some((processes, thread, done))
+            }
+            None => None,
+        };
+        let (thread, done) = {
             let stop = Arc::clone(&stop);
-            std::thread::Builder::new()
-                .name("gpuspan-sampler".into())
-                .spawn(move || {
-                    crate::background::silence_tracing();
-                    ticker.run(interval, &stop);
-                    let _ = finished.send(());
-                })?
+            spawn("gpuspan-sampler", move || ticker.run(&stop))?
         };
         Ok(Self {
             shared,
             stop,
             thread: Some(thread),
             done,
+            processes,
         })
     }
 
@@ -110,18 +158,32 @@ impl Sampler {
         &self.shared
     }
 
-    /// Stops the thread and waits for it.
-    /// Stops the thread and waits for it, at most `STOP_WAIT`: a driver call that hangs
-    /// (a GPU that fell off the bus) must not hang the program's exit. The thread is then
-    /// left to end on its own.
+    /// Stops the threads and waits for them, at most `STOP_WAIT` in all: a driver call
+    /// that hangs (a GPU that fell off the bus) must not hang the program's exit. A thread
+    /// still in such a call is left to end on its own. Says once when the sampler kept a
+    /// cadence worse than asked.
     pub(crate) fn stop(&mut self) {
         self.shared.close();
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.thread().unpark();
-            if self.done.recv_timeout(STOP_WAIT).is_ok() {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        let deadline = Instant::now() + STOP_WAIT;
+        thread.thread().unpark();
+        if let Some((processes, _, _)) = &self.processes {
+            processes.unpark();
+        }
+        if self.done.recv_timeout(STOP_WAIT).is_ok() {
+            let _ = thread.join();
+        }
+        if let Some((_, thread, done)) = self.processes.take() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if done.recv_timeout(left).is_ok() {
                 let _ = thread.join();
             }
+        }
+        if let Some(line) = cadence::shutdown_line(&self.shared.stats()) {
+            eprintln!("{line}");
         }
     }
 }
@@ -145,6 +207,10 @@ struct Ticker {
     /// Per device, as observers see them.
     tick_used: Vec<Option<u64>>,
     tick_totals: Vec<Option<u64>>,
+    cadence: Cadence,
+    first_tick: Option<Instant>,
+    /// This process's memory per device, when the source lists processes apart.
+    processes: Option<Arc<Processes>>,
 }
 
 impl Ticker {
@@ -152,9 +218,13 @@ impl Ticker {
         source: Option<Box<dyn MemorySource>>,
         shared: Arc<Shared>,
         observers: Vec<Box<dyn TickObserver>>,
+        interval: Duration,
     ) -> Self {
         let n = shared.devices.len();
         Self {
+            cadence: Cadence::new(interval),
+            first_tick: None,
+            processes: None,
             observers,
             tick_used: vec![None; n],
             tick_totals: vec![None; n],
@@ -168,8 +238,11 @@ impl Ticker {
         }
     }
 
-    fn run(&mut self, interval: Duration, stop: &AtomicBool) {
-        let mut next = Instant::now() + interval;
+    fn run(&mut self, stop: &AtomicBool) {
+        // The schedule starts here: the reading taken before the thread started (for the
+        // first span's start figures) is not part of it, nor the time since.
+        self.last_tick = None;
+        let mut next = Instant::now() + self.cadence.interval();
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             if now < next {
@@ -177,11 +250,18 @@ impl Ticker {
                 continue;
             }
             self.tick();
+            let interval = self.cadence.interval();
             next += interval;
             let now = Instant::now();
             if next < now {
-                // Fell behind (the machine was busy): resume the schedule from now rather
-                // than taking a burst of catch-up readings.
+                // Fell behind (the machine was busy, or a read was slow): resume the
+                // schedule from now rather than taking a burst of catch-up readings, and
+                // count the readings skipped.
+                let behind = (now - next).as_nanos() / interval.as_nanos().max(1);
+                let missed = 1 + u64::try_from(behind).unwrap_or(u64::MAX);
+                self.shared
+                    .missed_ticks
+                    .fetch_add(missed, Ordering::Relaxed);
                 next = now + interval;
             }
         }
@@ -196,9 +276,23 @@ impl Ticker {
         if let Some(last) = self.last_tick.replace(now) {
             let gap = u64::try_from((now - last).as_nanos()).unwrap_or(u64::MAX);
             self.shared.max_gap_ns.fetch_max(gap, Ordering::Relaxed);
+            self.shared.meter_interval(now - last);
         }
+        let first = *self.first_tick.get_or_insert(now);
+        let elapsed = processes::nanos(now - first);
+        self.shared.elapsed_ns.store(elapsed, Ordering::Relaxed);
         self.figures.fill(ABSENT);
         let failing = self.read_devices();
+        if let Some(widened) = self.cadence.widened() {
+            let widened = processes::nanos(widened);
+            self.figures[figure::GPU_RESOLUTION] = widened;
+            let _ =
+                self.shared
+                    .widened_ns
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                        (w == ABSENT || widened > w).then_some(widened)
+                    });
+        }
         self.figures[figure::HOST_RSS] = self.host.resident_bytes().unwrap_or(ABSENT);
         let shared = &*self.shared;
         for (i, &value) in self.figures.iter().enumerate() {
@@ -268,8 +362,22 @@ impl Ticker {
         for reading in &mut self.readings {
             *reading = DeviceReading::default();
         }
+        let started = Instant::now();
         source.read(&mut self.readings);
+        let round = started.elapsed();
+        let utilization = source.take_utilization_time();
         let shared = Arc::clone(&self.shared);
+        self.measure_round(round, utilization);
+        let mut resolution = self.cadence.interval();
+        if let Some(processes) = &self.processes {
+            processes.tick(&shared);
+            for (i, reading) in self.readings.iter_mut().enumerate() {
+                reading.process_used = processes.value(i);
+            }
+            if let Some(every) = reading(shared.process_every_ns.load(Ordering::Relaxed)) {
+                resolution = Duration::from_nanos(every);
+            }
+        }
         // Sums are over the devices that could be read (a failing device is named in the
         // error status of the spans open meanwhile, and a span whose start and end were
         // summed over different devices leaves the sums out). A device that was read but
@@ -308,7 +416,25 @@ impl Ticker {
         let sum = |total: Option<u64>| total.map_or(ABSENT, |v| v.min(ABSENT - 1));
         self.figures[figure::GPU_USED] = sum(used_sum);
         self.figures[figure::PROCESS_GPU] = sum(process_sum);
+        if process_sum.is_some() {
+            self.figures[figure::PROCESS_RESOLUTION] = processes::nanos(resolution);
+        }
         failing
+    }
+
+    /// Times one round of memory reads: the sampler's metrics, and the interval it keeps.
+    fn measure_round(&mut self, round: Duration, utilization: Option<Duration>) {
+        let devices = self.readings.len();
+        let per_device = |d: Duration| d / u32::try_from(devices.max(1)).unwrap_or(u32::MAX);
+        let memory = round.saturating_sub(utilization.unwrap_or_default());
+        self.shared.meter(Call::Memory, per_device(memory));
+        if let Some(utilization) = utilization {
+            self.shared
+                .meter(Call::Utilization, per_device(utilization));
+        }
+        self.cadence.after_round(memory, devices);
+        let cost = processes::nanos(self.cadence.round_cost());
+        self.shared.memory_cost_ns.store(cost, Ordering::Relaxed);
     }
 
     fn warn_once(&mut self, device: usize, error: &str) {

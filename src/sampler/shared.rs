@@ -2,9 +2,10 @@
 //! totals, the open spans' watermarks and the metric readers' peak windows.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use super::meter::{Call, SelfMeter};
 use super::watermark::{Watermark, Watermarks};
 use super::{figure, raise, reading, ABSENT};
 use crate::source::Device;
@@ -35,6 +36,21 @@ pub(crate) struct Shared {
     pub(super) interval: Duration,
     pub(super) ticks: AtomicU64,
     pub(super) max_gap_ns: AtomicU64,
+    /// Scheduled readings the sampler could not take in time.
+    pub(super) missed_ticks: AtomicU64,
+    /// From the first reading to the latest.
+    pub(super) elapsed_ns: AtomicU64,
+    /// The widest interval device memory was read at, when wider than asked (`ABSENT`).
+    pub(super) widened_ns: AtomicU64,
+    /// What one round of memory reads costs, as planned with.
+    pub(super) memory_cost_ns: AtomicU64,
+    /// Process lists taken, how often each device is listed, and what a round of lists
+    /// costs (`ABSENT` without lists).
+    pub(super) process_lists: AtomicU64,
+    pub(super) process_every_ns: AtomicU64,
+    pub(super) process_cost_ns: AtomicU64,
+    /// Where the sampler's measurements of itself go, once the meters exist.
+    meter: OnceLock<Box<dyn SelfMeter>>,
 }
 
 /// `gpu.<index>.memory.start` / `.end` / `.peak`, made once per device index for the life
@@ -66,6 +82,22 @@ pub struct SamplerStats {
     /// The longest time between two readings. Above twice the interval, a short spike may
     /// have been missed (the machine was too busy to run the sampler on time).
     pub max_gap: Duration,
+    /// Scheduled readings that could not be taken in time.
+    pub missed_ticks: u64,
+    /// The mean time between two readings, once there were two.
+    pub achieved_interval: Option<Duration>,
+    /// The widest interval device memory was read at, when reading it was too slow for the
+    /// interval asked.
+    pub widened_interval: Option<Duration>,
+    /// What reading every device's memory once costs (the least of the latest rounds).
+    pub memory_read: Duration,
+    /// How often each device's process list is read, when the source lists processes
+    /// apart from device memory.
+    pub process_interval: Option<Duration>,
+    /// What listing every device's processes once costs.
+    pub process_read: Option<Duration>,
+    /// Process lists taken.
+    pub process_lists: u64,
 }
 
 impl Shared {
@@ -92,7 +124,39 @@ impl Shared {
             interval,
             ticks: AtomicU64::new(0),
             max_gap_ns: AtomicU64::new(0),
+            missed_ticks: AtomicU64::new(0),
+            elapsed_ns: AtomicU64::new(0),
+            widened_ns: AtomicU64::new(ABSENT),
+            memory_cost_ns: AtomicU64::new(0),
+            process_lists: AtomicU64::new(0),
+            process_every_ns: AtomicU64::new(ABSENT),
+            process_cost_ns: AtomicU64::new(ABSENT),
+            meter: OnceLock::new(),
         }
+    }
+
+    /// Sends the sampler's measurements of itself to `meter` from now on (once).
+    pub(crate) fn set_meter(&self, meter: Box<dyn SelfMeter>) {
+        let _ = self.meter.set(meter);
+    }
+
+    /// One driver call of `call` took `took`.
+    pub(super) fn meter(&self, call: Call, took: Duration) {
+        if let Some(meter) = self.meter.get() {
+            meter.read(call, took);
+        }
+    }
+
+    /// Two readings came `gap` apart.
+    pub(super) fn meter_interval(&self, gap: Duration) {
+        if let Some(meter) = self.meter.get() {
+            meter.interval(gap);
+        }
+    }
+
+    /// Scheduled readings missed so far.
+    pub(crate) fn missed_ticks(&self) -> u64 {
+        self.missed_ticks.load(Ordering::Relaxed)
     }
 
     /// `nvml`, `nvidia-smi`, or `none`.
@@ -235,10 +299,20 @@ impl Shared {
     }
 
     pub(crate) fn stats(&self) -> SamplerStats {
+        let samples = self.ticks.load(Ordering::Relaxed);
+        let load = |a: &AtomicU64| reading(a.load(Ordering::Relaxed)).map(Duration::from_nanos);
+        let elapsed = self.elapsed_ns.load(Ordering::Relaxed);
         SamplerStats {
-            samples: self.ticks.load(Ordering::Relaxed),
+            samples,
             interval: self.interval,
             max_gap: Duration::from_nanos(self.max_gap_ns.load(Ordering::Relaxed)),
+            missed_ticks: self.missed_ticks(),
+            achieved_interval: (samples > 1).then(|| Duration::from_nanos(elapsed / (samples - 1))),
+            widened_interval: load(&self.widened_ns),
+            memory_read: load(&self.memory_cost_ns).unwrap_or_default(),
+            process_interval: load(&self.process_every_ns),
+            process_read: load(&self.process_cost_ns),
+            process_lists: self.process_lists.load(Ordering::Relaxed),
         }
     }
 }

@@ -67,6 +67,32 @@ pub trait MemorySource: Send + 'static {
     fn min_interval(&self) -> Option<Duration> {
         None
     }
+
+    /// Hands this process's per-device memory over to a [`ProcessLister`], when listing
+    /// processes costs far more than reading device memory (NVML's lists take milliseconds
+    /// and hold the driver's lock). The sampler then calls the lister on a cadence of its
+    /// own and [`read`](MemorySource::read) leaves [`DeviceReading::process_used`] unset.
+    /// Called once, before the first read.
+    fn process_lister(&mut self) -> Option<Box<dyn ProcessLister>> {
+        None
+    }
+
+    /// Time the latest [`read`](MemorySource::read) spent reading utilization, when it read
+    /// it (the sampler reports it apart from the memory reads in its own metrics).
+    fn take_utilization_time(&mut self) -> Option<Duration> {
+        None
+    }
+}
+
+/// Lists the processes of one device at a time, for [`MemorySource::process_lister`].
+///
+/// The sampler calls it from its thread while lists are cheap and from a thread of its
+/// own (`gpuspan-procs`) once they are not, never from two threads at once.
+pub trait ProcessLister: Send + 'static {
+    /// This process's memory on the device at `position` (in the source's
+    /// [`devices`](MemorySource::devices) order), in bytes; `None` when the driver cannot
+    /// say.
+    fn list(&mut self, position: usize) -> Option<u64>;
 }
 
 impl std::fmt::Debug for dyn MemorySource {

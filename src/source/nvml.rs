@@ -2,6 +2,7 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -9,25 +10,23 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
 
 use super::processes::{ProcessList, ProcessTable};
-use super::{Device, DeviceReading, DeviceScope, MemorySource};
+use super::{Device, DeviceReading, DeviceScope, MemorySource, ProcessLister};
 
-/// Reads device memory, utilization and this process's memory from NVML.
+/// Reads device memory and utilization from NVML, and this process's memory through its
+/// [`NvmlProcesses`] until the sampler takes that over.
 pub(crate) struct NvmlSource {
-    nvml: Nvml,
+    nvml: Arc<Nvml>,
     handles: Vec<nvml_wrapper_sys::bindings::nvmlDevice_t>,
     devices: Vec<Device>,
-    pid: u32,
-    /// Per device: `false` once the driver said it cannot list processes.
-    process_query: Vec<bool>,
     /// `false` once the driver said it has no utilization counters.
     utilization_query: Vec<bool>,
     /// The last utilization read, and when: the driver averages it over its own sample
     /// period (about 1/6 s to 1 s), so reading it at every tick would only cost time.
     utilization: Vec<Option<f64>>,
     utilization_read: Option<Instant>,
-    /// Every process's memory, kept only when asked for (`with_process_table`).
-    all_processes: Option<ProcessTable>,
-    process_buffer: ProcessList,
+    utilization_time: Option<Duration>,
+    /// This process's memory, listed at every read until `process_lister` hands it over.
+    processes: Option<NvmlProcesses>,
 }
 
 /// How often utilization is read from the driver.
@@ -95,25 +94,26 @@ impl NvmlSource {
         let picked = scope.pick(handles.into_iter().zip(devices).collect());
         let (handles, devices): (Vec<_>, Vec<_>) = picked.into_iter().unzip();
         let n = devices.len();
+        let nvml = Arc::new(nvml);
         Ok(Self {
+            processes: Some(NvmlProcesses::new(Arc::clone(&nvml), handles.clone())),
             nvml,
             handles,
             devices,
-            pid: std::process::id(),
-            process_query: vec![true; n],
             utilization_query: vec![true; n],
             utilization: vec![None; n],
             utilization_read: None,
-            all_processes: None,
-            process_buffer: ProcessList::default(),
+            utilization_time: None,
         })
     }
 
-    /// Also keeps every process's memory (not only this process's) in `table` at each
-    /// reading, for spans of other processes.
+    /// Also keeps every process's memory (not only this process's) in `table` as the
+    /// lists come in, for spans of other processes.
     #[cfg_attr(not(feature = "collect"), allow(dead_code))]
     pub(crate) fn with_process_table(mut self, table: ProcessTable) -> Self {
-        self.all_processes = Some(table);
+        if let Some(processes) = &mut self.processes {
+            processes.keep_all(table);
+        }
         self
     }
 }
@@ -135,9 +135,7 @@ impl MemorySource for NvmlSource {
         if read_utilization {
             self.utilization_read = Some(now);
         }
-        let keep_all = self.all_processes.is_some();
-        self.process_buffer.by_pid.clear();
-        self.process_buffer.complete = true;
+        let mut utilization_time = Duration::ZERO;
         for (i, reading) in out.iter_mut().enumerate().take(self.handles.len()) {
             // SAFETY: the handle came from `self.nvml`, which outlives this borrow.
             let device = unsafe { NvmlDevice::new(self.handles[i], &self.nvml) };
@@ -148,58 +146,131 @@ impl MemorySource for NvmlSource {
                 }
                 Err(e) => reading.error = Some(describe(&e)),
             }
-            let mut utilization_supported = self.utilization_query[i];
-            if utilization_supported && reading.error.is_none() && read_utilization {
+            if self.utilization_query[i] && reading.error.is_none() && read_utilization {
+                let started = Instant::now();
                 self.utilization[i] = match device.utilization_rates() {
                     Ok(rates) => Some(f64::from(rates.gpu) / 100.0),
                     Err(e) => {
-                        utilization_supported = !is_unsupported(&e);
+                        self.utilization_query[i] = !is_unsupported(&e);
                         None
                     }
                 };
+                utilization_time += started.elapsed();
             }
             if reading.error.is_none() {
                 reading.utilization = self.utilization[i];
-            }
-            let mut process_supported = self.process_query[i];
-            if process_supported && reading.error.is_none() {
-                match device.running_compute_processes() {
-                    Ok(processes) => {
-                        let mut mine = Some(0u64);
-                        for process in processes.iter().filter(|p| p.pid == self.pid) {
-                            mine = match (mine, &process.used_gpu_memory) {
-                                (Some(sum), UsedGpuMemory::Used(bytes)) => Some(sum + bytes),
-                                _ => None,
-                            };
-                        }
-                        reading.process_used = mine;
-                        if keep_all {
-                            for process in &processes {
-                                match process.used_gpu_memory {
-                                    UsedGpuMemory::Used(bytes) => {
-                                        self.process_buffer.add(process.pid, bytes)
-                                    }
-                                    UsedGpuMemory::Unavailable => {
-                                        self.process_buffer.complete = false
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    Err(e) if is_unsupported(&e) => process_supported = false,
-                    Err(_) => self.process_buffer.complete = false,
+                if let Some(processes) = &mut self.processes {
+                    reading.process_used = processes.list(i);
                 }
             }
-            if !process_supported || reading.error.is_some() {
-                self.process_buffer.complete = false;
+        }
+        self.utilization_time = read_utilization.then_some(utilization_time);
+    }
+
+    fn process_lister(&mut self) -> Option<Box<dyn ProcessLister>> {
+        self.processes
+            .take()
+            .map(|p| Box::new(p) as Box<dyn ProcessLister>)
+    }
+
+    fn take_utilization_time(&mut self) -> Option<Duration> {
+        self.utilization_time.take()
+    }
+}
+
+/// Lists each device's processes: this process's memory, and every process's when a
+/// table was asked for (`gpuspan collect`).
+pub(crate) struct NvmlProcesses {
+    nvml: Arc<Nvml>,
+    handles: Vec<nvml_wrapper_sys::bindings::nvmlDevice_t>,
+    pid: u32,
+    /// Per device: `false` once the driver said it cannot list processes.
+    supported: Vec<bool>,
+    /// Every process's memory, kept only when asked for, from each device's latest list
+    /// (`None`: that list was incomplete).
+    all: Option<(ProcessTable, Vec<Option<DeviceList>>)>,
+}
+
+/// One device's processes as `(pid, bytes)`.
+type DeviceList = Vec<(u32, u64)>;
+
+// SAFETY: as for `NvmlSource`; the lister is used by one thread at a time.
+unsafe impl Send for NvmlProcesses {}
+
+impl NvmlProcesses {
+    fn new(nvml: Arc<Nvml>, handles: Vec<nvml_wrapper_sys::bindings::nvmlDevice_t>) -> Self {
+        Self {
+            supported: vec![true; handles.len()],
+            nvml,
+            handles,
+            pid: std::process::id(),
+            all: None,
+        }
+    }
+
+    fn keep_all(&mut self, table: ProcessTable) {
+        self.all = Some((table, vec![None; self.handles.len()]));
+    }
+
+    /// Sums the devices' latest lists into the shared table.
+    fn publish(&mut self, position: usize, list: Option<DeviceList>) {
+        let Some((table, lists)) = &mut self.all else {
+            return;
+        };
+        lists[position] = list;
+        let mut merged = ProcessList {
+            by_pid: Vec::new(),
+            complete: true,
+        };
+        for list in lists.iter() {
+            match list {
+                Some(list) => list.iter().for_each(|&(pid, bytes)| merged.add(pid, bytes)),
+                None => merged.complete = false,
             }
-            self.utilization_query[i] = utilization_supported;
-            self.process_query[i] = process_supported;
         }
-        if let Some(table) = &self.all_processes {
-            let mut shared = table.lock().unwrap_or_else(|p| p.into_inner());
-            std::mem::swap(&mut *shared, &mut self.process_buffer);
+        *table.lock().unwrap_or_else(|p| p.into_inner()) = merged;
+    }
+}
+
+impl ProcessLister for NvmlProcesses {
+    fn list(&mut self, position: usize) -> Option<u64> {
+        let (Some(&handle), Some(true)) = (
+            self.handles.get(position),
+            self.supported.get(position).copied(),
+        ) else {
+            self.publish(position, None);
+            return None;
+        };
+        // SAFETY: the handle came from `self.nvml`, which outlives this borrow.
+        let device = unsafe { NvmlDevice::new(handle, &self.nvml) };
+        let processes = match device.running_compute_processes() {
+            Ok(processes) => processes,
+            Err(e) => {
+                if is_unsupported(&e) {
+                    self.supported[position] = false;
+                }
+                self.publish(position, None);
+                return None;
+            }
+        };
+        let mut mine = Some(0u64);
+        for process in processes.iter().filter(|p| p.pid == self.pid) {
+            mine = match (mine, &process.used_gpu_memory) {
+                (Some(sum), UsedGpuMemory::Used(bytes)) => Some(sum + bytes),
+                _ => None,
+            };
         }
+        if self.all.is_some() {
+            let mut list = Some(Vec::with_capacity(processes.len()));
+            for process in &processes {
+                match (process.used_gpu_memory.clone(), &mut list) {
+                    (UsedGpuMemory::Used(bytes), Some(list)) => list.push((process.pid, bytes)),
+                    _ => list = None,
+                }
+            }
+            self.publish(position, list);
+        }
+        mine
     }
 }
 

@@ -380,6 +380,7 @@ impl Inner {
             None => None,
         };
         let mut durations = Durations::default();
+        let mut sampler_instruments = crate::metrics::SamplerInstruments::default();
         #[allow(unused_mut)]
         let mut providers = vec![&meter_provider];
         #[cfg(feature = "prometheus")]
@@ -388,8 +389,10 @@ impl Inner {
             let meter = opentelemetry::metrics::MeterProvider::meter(provider, "gpuspan");
             crate::metrics::register_gauges(&meter, sampler.shared());
             durations.register(&meter);
+            sampler_instruments.register(&meter, sampler.shared());
             diagnosis.register_metrics(&meter);
         }
+        sampler.shared().set_meter(Box::new(sampler_instruments));
         let epochs = SummaryTap::default();
         let mut taps: Vec<Box<dyn SpanTap>> = vec![Box::new(durations)];
         taps.extend(crate::report::setup::taps(pictures, &settings)?);

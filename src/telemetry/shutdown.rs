@@ -51,6 +51,16 @@ impl Inner {
             prometheus.stop();
         }
         self.sampler.stop();
+        if let Some(dir) = &self.run_dir {
+            let stats = self.sampler.shared().stats();
+            if let Err(error) = crate::runlog::sampler::write(dir, &stats) {
+                eprintln!(
+                    "gpuspan: warning: cannot write {}: {error}; `gpuspan report` will not say \
+                     how well the sampler kept its cadence",
+                    dir.join(crate::runlog::sampler::SAMPLER_FILE).display()
+                );
+            }
+        }
         // The near-OOM files are local writes; a hung file system gets the local bound.
         self.diagnosis.stop(crate::signals::LOCAL_FLUSH_BOUND);
         if let Some(runtime) = self.runtime.take() {

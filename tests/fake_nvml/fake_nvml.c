@@ -23,12 +23,25 @@
  *      FAKE_NVML_FAIL          name:code[:device][,name:code[:device]...]
  *      FAKE_NVML_FOLLOW_RSS    1: device 0 used = FAKE_NVML_USED_MIB plus
  *                              the resident set size of the calling process
+ *      FAKE_NVML_LATENCY_US    name:us[,name:us...]: every call of that
+ *                              device entry point takes that long, as a
+ *                              real driver's does (see "Latency" below)
  *      FAKE_NVML_LIVE_FILE     a file read again at every device query, so
  *                              another process can script memory as it runs:
  *                              lines "used <device> <bytes>" set a device's
  *                              used memory, lines "process <pid> <device>
  *                              <bytes>" are the compute processes listed
  *                              (all of them: the lists are replaced)
+ *
+ * Latency: by default every call answers at once. A latency set for a
+ * per-device entry point (fake_nvml_set_latency or FAKE_NVML_LATENCY_US) is
+ * paid inside every call of it, outside the state's mutex: latencies under
+ * 200 us are spun (a sleep would overshoot them), longer ones slept. The two
+ * process-list calls hold a "driver lock" while they pay it, as NVML holds
+ * the driver's lock to list processes: they queue behind each other (never
+ * behind memory reads), and fake_nvml_driver_lock_held_ns says how long the
+ * lock was held in all. A real driver costs about 12 us per
+ * nvmlDeviceGetMemoryInfo_v2 and 4.5 ms per process list.
  *
  * Build with -DFAKE_NVML_NO_PROCESS_QUERIES to leave out the two process
  * query symbols, as a driver that lacks them would.
@@ -227,6 +240,11 @@ static unsigned int g_error_count;
 static unsigned long long g_calls[F_COUNT];
 static unsigned long long g_timeline_start_ns;
 static char g_live_file[4096]; /* FAKE_NVML_LIVE_FILE, empty when unset */
+/* Per-call latency of each entry point, in us; read without the state mutex. */
+static volatile unsigned int g_latency_us[F_COUNT];
+/* The "driver lock" the process-list calls hold while they pay their latency. */
+static pthread_mutex_t g_driver_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long g_driver_lock_held_ns; /* __atomic access only */
 
 static unsigned long long now_ns(void) {
     struct timespec ts;
@@ -263,6 +281,10 @@ static void reset_locked(void) {
     g_device_count = 1;
     g_error_count = 0;
     memset(g_calls, 0, sizeof(g_calls));
+    for (int f = 0; f < F_COUNT; f++) {
+        g_latency_us[f] = 0;
+    }
+    __atomic_store_n(&g_driver_lock_held_ns, 0ull, __ATOMIC_RELAXED);
     g_timeline_start_ns = now_ns();
     g_live_file[0] = '\0';
     g_defaults_done = 1;
@@ -542,6 +564,32 @@ static void env_fail_locked(const char *spec) {
     free(copy);
 }
 
+static void env_latency_locked(const char *spec) {
+    char *copy = strdup(spec);
+    char *save = NULL;
+    if (copy == NULL) {
+        return;
+    }
+    for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+        while (*item == ' ') {
+            item++;
+        }
+        char *colon = strchr(item, ':');
+        int f = -1;
+        if (colon != NULL) {
+            *colon = '\0';
+            f = fn_index(item);
+        }
+        if (f < 0) {
+            fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_LATENCY_US entry '%s' is not name:us of a known function\n",
+                    item);
+            continue;
+        }
+        g_latency_us[f] = (unsigned int)strtoul(colon + 1, NULL, 10);
+    }
+    free(copy);
+}
+
 static void apply_env_locked(void) {
     unsigned long long x = 0;
     const char *s;
@@ -575,6 +623,10 @@ static void apply_env_locked(void) {
     s = getenv("FAKE_NVML_TIMELINE");
     if (s != NULL && *s != '\0') {
         env_timeline_locked(s);
+    }
+    s = getenv("FAKE_NVML_LATENCY_US");
+    if (s != NULL && *s != '\0') {
+        env_latency_locked(s);
     }
     s = getenv("FAKE_NVML_LIVE_FILE");
     if (s != NULL && strlen(s) < sizeof(g_live_file)) {
@@ -784,6 +836,22 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_
     return rc;
 }
 
+/* Takes as long as a call of f is set to take (see "Latency" at the top). */
+static void pay_latency(int f) {
+    unsigned int us = g_latency_us[f];
+    if (us == 0) {
+        return;
+    }
+    unsigned long long until = now_ns() + (unsigned long long)us * 1000ull;
+    if (us >= 200) {
+        struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000l};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
+    while (now_ns() < until) {
+    }
+}
+
 /* Index of a handle that this library handed out, or -1. */
 static int handle_index_locked(nvmlDevice_t device) {
     for (unsigned int i = 0; i < g_device_count; i++) {
@@ -800,6 +868,7 @@ static int handle_index_locked(nvmlDevice_t device) {
  * *dev holds the device; otherwise the lock has been released.
  */
 static nvmlReturn_t enter_device(int f, nvmlDevice_t device, struct nvmlDevice_st **dev) {
+    pay_latency(f);
     lock_state();
     int idx = handle_index_locked(device);
     int rc = enter_locked(f, idx);
@@ -924,8 +993,22 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvml
  * processes (a call with *infoCount == 0 and infos == NULL asks the count),
  * *infoCount becomes that number and the call fails with INSUFFICIENT_SIZE.
  */
+static nvmlReturn_t list_processes_held(int f, nvmlDevice_t device, unsigned int *infoCount,
+                                        nvmlProcessInfo_t *infos, int graphics);
+
+/* A process list holds the driver lock for the whole call, latency included. */
 static nvmlReturn_t list_processes(int f, nvmlDevice_t device, unsigned int *infoCount,
                                    nvmlProcessInfo_t *infos, int graphics) {
+    pthread_mutex_lock(&g_driver_lock);
+    unsigned long long since = now_ns();
+    nvmlReturn_t rc = list_processes_held(f, device, infoCount, infos, graphics);
+    __atomic_add_fetch(&g_driver_lock_held_ns, now_ns() - since, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&g_driver_lock);
+    return rc;
+}
+
+static nvmlReturn_t list_processes_held(int f, nvmlDevice_t device, unsigned int *infoCount,
+                                        nvmlProcessInfo_t *infos, int graphics) {
     struct nvmlDevice_st *d = NULL;
     int rc = enter_device(f, device, &d);
     if (rc != NVML_SUCCESS) {
@@ -1094,6 +1177,22 @@ FAKE_EXPORT unsigned long long fake_nvml_call_count(const char *function_name) {
     unsigned long long n = g_calls[f];
     unlock_state();
     return n;
+}
+
+/* Every call of function_name (a per-device entry point) takes us microseconds
+ * from now on; 0 answers at once. -1 for an unknown name. */
+FAKE_EXPORT int fake_nvml_set_latency(const char *function_name, unsigned int us) {
+    int f = fn_index(function_name);
+    if (f < 0) {
+        return -1;
+    }
+    g_latency_us[f] = us;
+    return 0;
+}
+
+/* Nanoseconds the process-list calls have held the driver lock, in all. */
+FAKE_EXPORT unsigned long long fake_nvml_driver_lock_held_ns(void) {
+    return __atomic_load_n(&g_driver_lock_held_ns, __ATOMIC_RELAXED);
 }
 
 FAKE_EXPORT void fake_nvml_reset_call_counts(void) {

@@ -24,6 +24,11 @@
 //! `GPU-00000000-0000-0000-0000-00000000000N` (N = index, 12 decimal
 //! digits), 143771 MiB total, 1024 MiB used, utilisation 0/0, no processes,
 //! driver version `570.86.15`.
+//!
+//! Every call answers at once unless a latency is set ([`FakeNvml::set_latency`],
+//! [`FakeNvml::set_realistic_latencies`]). With `GPUSPAN_TEST_FAKE_LATENCY=realistic` in
+//! the environment, every fake starts with [`REALISTIC_LATENCIES`], to see how any test
+//! fares against a driver that costs what a real one costs.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CString, OsStr};
@@ -50,6 +55,21 @@ pub const DEFAULT_USED: u64 = 1024 * MIB;
 
 /// Driver version the fake reports.
 pub const DRIVER_VERSION: &str = "570.86.15";
+
+/// What a real driver's calls cost, per call: a memory read about 12 µs, utilization
+/// about 20 µs, a process list 4.5 ms (holding the driver's lock).
+pub const REALISTIC_LATENCIES: [(&str, Duration); 4] = [
+    ("nvmlDeviceGetMemoryInfo_v2", Duration::from_micros(12)),
+    ("nvmlDeviceGetUtilizationRates", Duration::from_micros(20)),
+    (PROCESS_LIST, Duration::from_micros(4500)),
+    (
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        Duration::from_micros(4500),
+    ),
+];
+
+/// The process list the NVML wrapper calls (`Device::running_compute_processes`).
+pub const PROCESS_LIST: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
 
 /// NVML return codes (`nvmlReturn_t`), for [`FakeNvml::set_error`].
 pub mod code {
@@ -108,6 +128,9 @@ impl FakeNvml {
             _dir: dir,
         };
         fake.reset();
+        if std::env::var("GPUSPAN_TEST_FAKE_LATENCY").as_deref() == Ok("realistic") {
+            fake.set_realistic_latencies();
+        }
         fake
     }
 
@@ -261,6 +284,35 @@ impl FakeNvml {
     /// (Re)starts the clock shared by the timelines of all devices.
     pub fn start_timeline(&self) {
         unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_start_timeline")() }
+    }
+
+    /// Makes every call of the per-device NVML function `function` take `latency`
+    /// (zero: none), inside the call, as a real driver's does. The process lists hold
+    /// the fake's driver lock meanwhile ([`FakeNvml::driver_lock_held`]).
+    pub fn set_latency(&self, function: &str, latency: Duration) {
+        self.assert_known(function);
+        let name = CString::new(function).expect("function name without NUL");
+        let us = c_uint::try_from(latency.as_micros()).unwrap_or(c_uint::MAX);
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(*const c_char, c_uint) -> c_int>(
+                "fake_nvml_set_latency",
+            )(name.as_ptr(), us)
+        };
+        assert_eq!(rc, 0, "fake NVML: could not set a latency for {function}");
+    }
+
+    /// Every call costs what it costs on a real driver ([`REALISTIC_LATENCIES`]).
+    pub fn set_realistic_latencies(&self) {
+        for (function, latency) in REALISTIC_LATENCIES {
+            self.set_latency(function, latency);
+        }
+    }
+
+    /// How long the process lists have held the fake's driver lock, in all.
+    pub fn driver_lock_held(&self) -> Duration {
+        Duration::from_nanos(unsafe {
+            self.sym::<unsafe extern "C" fn() -> c_ulonglong>("fake_nvml_driver_lock_held_ns")()
+        })
     }
 
     /// Makes every memory read block for `hang` before it starts (zero: none), as a driver
