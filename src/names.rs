@@ -13,6 +13,22 @@ pub mod span {
     pub const STEP: &str = "step";
     /// `gpuspan run`'s span over the command it ran.
     pub const RUN: &str = "run";
+    /// A step's forward pass (PyTorch phases).
+    pub const FORWARD: &str = "forward";
+    /// From a step's forward pass to the next forward pass or optimizer step.
+    pub const BACKWARD: &str = "backward";
+    /// A step's `optimizer.step()`.
+    pub const OPTIMIZER: &str = "optimizer";
+    /// A validation loop (Lightning).
+    pub const VALIDATION: &str = "validation";
+    /// Lightning's validation sanity check before training.
+    pub const SANITY_CHECK: &str = "sanity_check";
+    /// A test loop (Lightning's `trainer.test`).
+    pub const TEST: &str = "test";
+    /// A prediction loop (Lightning's `trainer.predict`).
+    pub const PREDICT: &str = "predict";
+    /// An evaluation (the Transformers Trainer's `evaluate`).
+    pub const EVALUATION: &str = "evaluation";
 }
 
 /// Span and resource attribute keys.
@@ -113,6 +129,12 @@ pub mod attribute {
     pub const ML_LOCAL_RANK: &str = "ml.local_rank";
     /// Resource: how many ranks the job has.
     pub const ML_WORLD_SIZE: &str = "ml.world_size";
+    /// Bytes of the parameters a step's optimizer updates.
+    pub const ML_PARAMS_BYTES: &str = "ml.params.bytes";
+    /// Bytes of their gradients.
+    pub const ML_GRADS_BYTES: &str = "ml.grads.bytes";
+    /// Bytes of the optimizer's state (Adam's moments, momentum buffers).
+    pub const ML_OPTIMIZER_STATE_BYTES: &str = "ml.optimizer_state.bytes";
     /// Resource: the id every rank of one job shares.
     pub const ML_JOB_ID: &str = "ml.job.id";
     /// Resource: the process id.

@@ -25,6 +25,12 @@ fn the_spans_completed_before_the_signal_arrive() {
     // Spans go out in batches every half second and metrics every minute: two epochs take
     // a tenth of a second, so without the flush they would still be queued.
     program.wait_for_line("epoch 1 done", Duration::from_secs(30));
+    // Right after that line the program opens the next epoch's span, inside malloc. A
+    // handler that calls `exit` there deadlocks in glibc whoever else is in the process
+    // (the exit hooks free memory under the allocator lock the interrupted call holds), so
+    // the signal comes where a preemption's almost always does: during a step, while the
+    // program sleeps in it.
+    std::thread::sleep(Duration::from_millis(15));
     program.signal(libc::SIGTERM);
     let status = program.wait(Duration::from_secs(20));
     let stderr = program.stderr.lock().unwrap().clone();

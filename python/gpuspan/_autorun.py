@@ -22,7 +22,7 @@ import sys
 
 import gpuspan
 
-from . import _claim
+from . import _claim, _frameworks
 from . import torch as _torch_figures
 
 _steps = None
@@ -176,12 +176,8 @@ class _OptimizerSteps:
         if self._phases is not None:
             self._phases.end(error)
         span, self._span, self._active = self._span, None, None
-        if span is None:
-            return
-        if error is None:
-            span.__exit__(None, None, None)
-        else:
-            span.__exit__(type(error), error, error.__traceback__)
+        if span is not None:
+            _frameworks.end_span(span, error)
 
     def _abandon(self):
         if self._phases is not None:
@@ -235,12 +231,11 @@ class _OptimizerSteps:
     def _excepthook(self, exc_type, exc, tb):
         try:
             if self._span is not None:
-                if _torch_figures.is_out_of_memory(exc):
-                    if self._history is not None:
-                        self._history.save(
-                            "oom", self._index, self._active.trace_id, self._snapshot_directory()
-                        )
-                    gpuspan.record_oom(f"{exc_type.__name__}: {exc}")
+                if self._history is not None and _torch_figures.is_out_of_memory(exc):
+                    self._history.save(
+                        "oom", self._index, self._active.trace_id, self._snapshot_directory()
+                    )
+                _frameworks.record_if_oom(exc)
                 self._end(exc)
         except Exception as error:  # noqa: BLE001
             _warn("recording the error failed", error)

@@ -10,6 +10,8 @@ import sys
 
 import gpuspan
 
+from .torch import is_out_of_memory
+
 # Marks a framework method that gpuspan has wrapped, and keeps the original.
 _ORIGINAL = "_gpuspan_original"
 
@@ -42,7 +44,7 @@ class OpenSpans:
             return
         while True:
             n, span = self._open.pop()
-            _exit(span, error)
+            end_span(span, error)
             if n == name:
                 return
 
@@ -52,31 +54,26 @@ class OpenSpans:
         while self._open:
             _, span = self._open.pop()
             try:
-                _exit(span, error)
+                end_span(span, error)
             except Exception as failure:  # noqa: BLE001 - the others must still end
                 warn(f"could not end span {span!r}: {failure}")
 
 
-def _exit(span, error):
+def end_span(span, error=None):
+    """Ends an entered :class:`gpuspan.Span`; ``error``, an exception, marks it failed."""
     if error is None:
         span.__exit__(None, None, None)
     else:
         span.__exit__(type(error), error, error.__traceback__)
 
 
-def is_oom(error):
-    """Whether ``error`` is PyTorch's CUDA out-of-memory error."""
-    torch = sys.modules.get("torch")
-    oom = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
-    return isinstance(oom, type) and isinstance(error, oom)
-
-
-def record_oom(error):
-    """Reports an out-of-memory error to gpuspan (``gpuspan.record_oom``), where this
-    version of gpuspan has it, while the spans it happened in are still open."""
-    record = getattr(gpuspan, "record_oom", None)
-    if record is not None:
-        record(f"{type(error).__name__}: {error}")
+def record_if_oom(error):
+    """Reports ``error`` to :func:`gpuspan.record_oom` if it is a device out-of-memory
+    error, while the spans it happened in are still open; returns whether it was."""
+    if not is_out_of_memory(error):
+        return False
+    gpuspan.record_oom(f"{type(error).__name__}: {error}")
+    return True
 
 
 def warn(message):

@@ -12,7 +12,10 @@ from threading import get_ident
 
 import gpuspan
 
-FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+from ._frameworks import end_span
+from ._native import names
+
+FORWARD, BACKWARD, OPTIMIZER = names.FORWARD, names.BACKWARD, names.OPTIMIZER
 
 
 class Phases:
@@ -35,8 +38,7 @@ class Phases:
     def _leave(self, error=None):
         span, self._span, self._name = self._span, None, None
         if span is not None:
-            exc_type = None if error is None else type(error)
-            span.__exit__(exc_type, error, None if error is None else error.__traceback__)
+            end_span(span, error)
 
     # Hooks on one module (the model): called once per forward pass.
     def forward_started(self, module, args):

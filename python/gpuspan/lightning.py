@@ -34,6 +34,7 @@ import sys
 import gpuspan
 
 from . import _claim, _frameworks
+from ._native import names
 
 __all__ = ["GpuspanCallback"]  # noqa: F822 - made by __getattr__, below
 
@@ -80,33 +81,32 @@ class _Hooks:
         _claim.release(_OWNER)
 
     def on_sanity_check_start(self, trainer, pl_module):
-        self._spans.open("sanity_check", gpuspan.span("sanity_check"))
+        self._spans.open(names.SANITY_CHECK, gpuspan.span(names.SANITY_CHECK))
 
     def on_sanity_check_end(self, trainer, pl_module):
-        self._spans.close("sanity_check")
+        self._spans.close(names.SANITY_CHECK)
 
     def on_validation_start(self, trainer, pl_module):
         if not trainer.sanity_checking:
-            self._spans.open("validation", gpuspan.span("validation"))
+            self._spans.open(names.VALIDATION, gpuspan.span(names.VALIDATION))
 
     def on_validation_end(self, trainer, pl_module):
-        self._spans.close("validation")
+        self._spans.close(names.VALIDATION)
 
     def on_test_start(self, trainer, pl_module):
-        self._spans.open("test", gpuspan.span("test"))
+        self._spans.open(names.TEST, gpuspan.span(names.TEST))
 
     def on_test_end(self, trainer, pl_module):
-        self._spans.close("test")
+        self._spans.close(names.TEST)
 
     def on_predict_start(self, trainer, pl_module):
-        self._spans.open("predict", gpuspan.span("predict"))
+        self._spans.open(names.PREDICT, gpuspan.span(names.PREDICT))
 
     def on_predict_end(self, trainer, pl_module):
-        self._spans.close("predict")
+        self._spans.close(names.PREDICT)
 
     def on_exception(self, trainer, pl_module, exception):
-        if _frameworks.is_oom(exception):
-            _frameworks.record_oom(exception)
+        _frameworks.record_if_oom(exception)
         self._spans.close_all(exception)
         _claim.release(_OWNER)
 

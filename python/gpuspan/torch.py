@@ -11,9 +11,11 @@ moments, momentum buffers, ...). They are exact: the sum of each tensor's ``nume
 element_size()``, each storage counted once.
 """
 
-PARAMS = "ml.params.bytes"
-GRADS = "ml.grads.bytes"
-OPTIMIZER_STATE = "ml.optimizer_state.bytes"
+from ._native import names
+
+PARAMS = names.ML_PARAMS_BYTES
+GRADS = names.ML_GRADS_BYTES
+OPTIMIZER_STATE = names.ML_OPTIMIZER_STATE_BYTES
 
 
 def phases(model, optimizer):

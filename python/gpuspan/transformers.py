@@ -33,6 +33,7 @@ from transformers import TrainerCallback
 import gpuspan
 
 from . import _claim, _frameworks
+from ._native import names
 
 __all__ = ["GpuspanCallback"]
 
@@ -81,8 +82,7 @@ class GpuspanCallback(TrainerCallback):
         _claim.release(_OWNER)
 
     def _failed(self, error):
-        if _frameworks.is_oom(error):
-            _frameworks.record_oom(error)
+        _frameworks.record_if_oom(error)
         self._spans.close_all(error)
         _claim.release(_OWNER)
 
@@ -115,7 +115,7 @@ def _wrap_trainer(trainer_class):
             if _callback_of(self) is None:
                 return original(self, *args, **kwargs)
             _frameworks.ensure_init()
-            with gpuspan.span("evaluation"):
+            with gpuspan.span(names.EVALUATION):
                 return original(self, *args, **kwargs)
 
         return evaluate

@@ -23,5 +23,32 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::check_settings, m)?)?;
     m.add("SETTINGS", settings::listing(m.py())?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_submodule(&names(m.py())?)?;
     Ok(())
+}
+
+/// `gpuspan._native.names`: the names the Python package writes itself, from the crate's
+/// one vocabulary.
+fn names(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    use gpuspan::names::{attribute, span};
+    let names = PyModule::new(py, "names")?;
+    for (key, value) in [
+        ("FORWARD", span::FORWARD),
+        ("BACKWARD", span::BACKWARD),
+        ("OPTIMIZER", span::OPTIMIZER),
+        ("VALIDATION", span::VALIDATION),
+        ("SANITY_CHECK", span::SANITY_CHECK),
+        ("TEST", span::TEST),
+        ("PREDICT", span::PREDICT),
+        ("EVALUATION", span::EVALUATION),
+        ("ML_PARAMS_BYTES", attribute::ML_PARAMS_BYTES),
+        ("ML_GRADS_BYTES", attribute::ML_GRADS_BYTES),
+        (
+            "ML_OPTIMIZER_STATE_BYTES",
+            attribute::ML_OPTIMIZER_STATE_BYTES,
+        ),
+    ] {
+        names.add(key, value)?;
+    }
+    Ok(names)
 }

@@ -5,8 +5,9 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// The bootstrap's one file.
-const SITECUSTOMIZE: &str = include_str!("bootstrap/sitecustomize.py");
+/// The bootstrap's one file. It is the Python package's code (it hands over to
+/// `gpuspan._autorun`), kept beside the package and outside it, so the wheel does not ship it.
+const SITECUSTOMIZE: &str = include_str!("../../python/bootstrap/sitecustomize.py");
 
 /// A directory holding the bootstrap, removed when dropped.
 #[derive(Debug)]
