@@ -179,12 +179,11 @@ fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
             .map(|i| {
                 let figure = figure::DEVICE0 + i;
                 // A device lost meanwhile keeps its start and the peak it reached.
-                triple(figure).unwrap_or_else(|| Triple {
-                    start: watermark.start(figure),
-                    end: None,
-                    peak: watermark
-                        .start(figure)
-                        .map(|start| watermark.peak(figure).unwrap_or(start).max(start)),
+                triple(figure).unwrap_or_else(|| {
+                    let start = watermark.start(figure);
+                    let peak =
+                        start.map(|start| watermark.peak(figure).unwrap_or(start).max(start));
+                    Triple::new(start, None, peak)
                 })
             })
             .collect()

@@ -49,11 +49,11 @@ fn number(value: Number) -> Value {
 
 /// Start, end and peak of series `i` of a window, each where known.
 fn triple(window: &WindowMax, i: usize) -> Triple {
-    Triple {
-        start: window.start.as_ref().and_then(|s| s[i]),
-        end: window.end.as_ref().and_then(|s| s[i]),
-        peak: window.peak[i],
-    }
+    Triple::new(
+        window.start.as_ref().and_then(|s| s[i]),
+        window.end.as_ref().and_then(|s| s[i]),
+        window.peak[i],
+    )
 }
 
 /// An integer attribute, also when sent as a string or double (some SDKs do).

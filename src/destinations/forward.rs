@@ -8,10 +8,11 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use super::KindError;
+use super::{KindError, Outlet};
 use crate::export::otlp::request::{RequestClient, RequestError};
+use crate::export::queue::Transport;
 
 /// Where one signal's requests go.
 #[derive(Debug)]
@@ -22,6 +23,32 @@ pub(crate) enum ForwardTarget {
     Lines(LineFile),
     /// As they came, to an OTLP endpoint.
     Otlp(RequestClient),
+}
+
+impl ForwardTarget {
+    /// The target of `outlet`; `file` is the signal's file in the run directory, and a
+    /// remote target sends on `runtime`.
+    pub(crate) fn open(
+        outlet: Outlet<'_>,
+        run_dir: Option<&Path>,
+        file: &str,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Transport<Self>, OpenError> {
+        let local = match outlet {
+            Outlet::Nowhere => ForwardTarget::Nowhere,
+            Outlet::Stdout => ForwardTarget::Lines(LineFile::stdout()),
+            Outlet::RunDir => {
+                let path = run_dir.unwrap_or(Path::new(".")).join(file);
+                ForwardTarget::Lines(LineFile::append(&path)?)
+            }
+            Outlet::Otlp(target) => {
+                let client = RequestClient::new(target, runtime)?;
+                let remote = Arc::new(ForwardTarget::Otlp(client));
+                return Ok(Transport::Remote(remote, runtime.clone()));
+            }
+        };
+        Ok(Transport::Local(local))
+    }
 }
 
 /// Why a forward target could not be set up.

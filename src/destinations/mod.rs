@@ -7,47 +7,72 @@
 //! up; what it builds runs on the export queue's thread, a metric reader's thread, or the
 //! runtime of an async exporter.
 
-mod console;
 #[cfg(feature = "collect")]
 mod forward;
-mod none;
-mod otlp;
 mod pipes;
-mod run_dir;
 
 use std::path::Path;
 use std::time::Duration;
 
 use opentelemetry_sdk::metrics::MeterProviderBuilder;
 
-use crate::config::{Destination, Exporter};
+use crate::config::{Destination, Exporter, OtlpTarget};
 use crate::error::InitError;
 #[cfg(feature = "collect")]
 use crate::export::queue::Transport;
 use crate::export::spans::QueueProcessor;
 
 #[cfg(feature = "collect")]
-pub(crate) use forward::{ForwardTarget, LineFile, OpenError};
+pub(crate) use forward::{ForwardTarget, OpenError};
 pub(crate) use pipes::{Pipes, SpanQueue};
 
-/// Every destination, one line each; each is the kind of one [`Exporter`].
-const KINDS: &[&dyn ExporterKind] = &[
-    &otlp::Otlp,
-    &console::Console,
-    &none::Nowhere,
-    &run_dir::RunDir,
-];
+// Every destination (`KINDS`), one file each in `kinds/`; each is the kind of one
+// [`Exporter`]. The build script lists that folder, so a new file is in the list.
+include!(concat!(env!("OUT_DIR"), "/exporter_kinds.rs"));
 
-/// What one exporter builds. A kind takes its settings from the [`Destination`] that
-/// configuration resolved for it.
+/// Where an exporter puts what it is given, whichever the signal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outlet<'d> {
+    /// Nowhere: spans still pass the taps and are counted; metric points are not read.
+    Nowhere,
+    /// OTLP/JSON lines on standard output.
+    Stdout,
+    /// OTLP/JSON lines in the run directory, a file for each signal.
+    RunDir,
+    /// To a collector over OTLP, with this signal's endpoint and options.
+    Otlp(&'d OtlpTarget),
+}
+
+impl Outlet<'_> {
+    /// Where it sends, for people; `run_dir` is the run directory in use, if any.
+    fn describe(self, run_dir: Option<&Path>) -> String {
+        match self {
+            Outlet::Nowhere => "nowhere (OTEL_TRACES_EXPORTER=none)".into(),
+            Outlet::Stdout => "standard output".into(),
+            Outlet::RunDir => {
+                run_dir.map_or("the run directory".into(), |d| d.display().to_string())
+            }
+            Outlet::Otlp(target) => target.endpoint.clone(),
+        }
+    }
+}
+
+/// One exporter: its name and where it puts what it is given. A kind with a transport of
+/// its own (none has one yet) would override the methods that build from the outlet.
 pub(crate) trait ExporterKind: Sync {
     /// The exporter it is, which gives its name in the environment, the command line and
     /// Python.
     fn exporter(&self) -> Exporter;
 
+    /// Where it sends, with the settings configuration resolved for it in `destination`.
+    fn outlet<'d>(&self, destination: &'d Destination) -> Result<Outlet<'d>, KindError>;
+
     /// Where it sends, for people: `gpuspan collect`'s banner and messages. `run_dir` is
     /// the run directory in use, if any.
-    fn describe(&self, destination: &Destination, run_dir: Option<&Path>) -> String;
+    fn describe(&self, destination: &Destination, run_dir: Option<&Path>) -> String {
+        self.outlet(destination)
+            .map_or_else(|e| e.to_string(), |outlet| outlet.describe(run_dir))
+    }
 
     /// Starts the SDK's span queue with this destination as its sink.
     fn spans(
@@ -55,7 +80,12 @@ pub(crate) trait ExporterKind: Sync {
         pipes: &mut Pipes<'_>,
         destination: &Destination,
         queue: SpanQueue<'_>,
-    ) -> Result<QueueProcessor, InitError>;
+    ) -> Result<QueueProcessor, InitError> {
+        let outlet = self
+            .outlet(destination)
+            .map_err(|e| e.setting_up("traces"))?;
+        pipes.spans_to(outlet, queue)
+    }
 
     /// Adds its metric reader, exporting every `interval`, to `builder` (none when the
     /// points go nowhere).
@@ -65,7 +95,12 @@ pub(crate) trait ExporterKind: Sync {
         destination: &Destination,
         builder: MeterProviderBuilder,
         interval: Duration,
-    ) -> Result<MeterProviderBuilder, InitError>;
+    ) -> Result<MeterProviderBuilder, InitError> {
+        let outlet = self
+            .outlet(destination)
+            .map_err(|e| e.setting_up("metrics"))?;
+        pipes.metrics_to(outlet, builder, interval)
+    }
 
     /// Where `gpuspan collect` forwards one signal's requests; `file` is that signal's
     /// file in the run directory, and a remote target sends on `runtime`.
@@ -76,7 +111,9 @@ pub(crate) trait ExporterKind: Sync {
         run_dir: Option<&Path>,
         file: &str,
         runtime: &tokio::runtime::Handle,
-    ) -> Result<Transport<ForwardTarget>, OpenError>;
+    ) -> Result<Transport<ForwardTarget>, OpenError> {
+        ForwardTarget::open(self.outlet(destination)?, run_dir, file, runtime)
+    }
 }
 
 /// Why a destination has nothing to build it.

@@ -12,15 +12,17 @@ use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterP
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter};
 use opentelemetry_sdk::Resource;
 
+use super::Outlet;
 use crate::config::Destination;
 use crate::error::InitError;
 use crate::export::health::ExportHealth;
-use crate::export::jsonl::{JsonlMetricExporter, JsonlSpanExporter, Lines};
+use crate::export::jsonl::{JsonlMetricExporter, JsonlSpanExporter, Lines, NullSpanExporter};
 use crate::export::metrics::CountingMetricExporter;
 use crate::export::otlp;
 use crate::export::queue::{QueueConfig, Transport};
 use crate::export::spans::QueueProcessor;
 use crate::export::tap::SpanTap;
+use crate::runlog;
 
 /// Builds the export pipelines of both signals, and keeps what shutdown needs: the runtime
 /// (made on first use) and each signal's accounting.
@@ -93,26 +95,53 @@ impl Pipes<'_> {
         health
     }
 
-    /// Spans as OTLP/JSON lines to `lines`, called `name` in messages.
-    pub(crate) fn json_spans(
+    /// Starts the span queue towards `outlet`.
+    pub(crate) fn spans_to(
         &mut self,
-        lines: Lines,
-        name: String,
+        outlet: Outlet<'_>,
         queue: SpanQueue<'_>,
     ) -> Result<QueueProcessor, InitError> {
+        let name = outlet.describe(self.run_dir);
+        let (lines, name) = match outlet {
+            Outlet::Nowhere => {
+                let health = self.health(name, "span");
+                return queue.start(Transport::Local(NullSpanExporter), health);
+            }
+            Outlet::Otlp(target) => {
+                let handle = self.runtime()?;
+                let exporter = otlp::span_exporter(target, &handle)?;
+                let health = self.health(name, "span");
+                return queue.start(Transport::Remote(Arc::new(exporter), handle), health);
+            }
+            Outlet::Stdout => (Lines::stdout(), name),
+            Outlet::RunDir => self.run_dir_file(runlog::TRACES_FILE)?,
+        };
         let health = self.health(name, "span");
         let exporter = JsonlSpanExporter::new(lines, queue.resource);
         queue.start(Transport::Local(exporter), health)
     }
 
-    /// Metric points as OTLP/JSON lines to `lines`, called `name` in messages.
-    pub(crate) fn json_metrics(
+    /// Adds a reader exporting to `outlet` every `interval` to `builder` (none when the
+    /// points go nowhere).
+    pub(crate) fn metrics_to(
         &mut self,
-        lines: Lines,
-        name: String,
+        outlet: Outlet<'_>,
         builder: MeterProviderBuilder,
         interval: Duration,
-    ) -> MeterProviderBuilder {
+    ) -> Result<MeterProviderBuilder, InitError> {
+        let name = outlet.describe(self.run_dir);
+        let (lines, name) = match outlet {
+            Outlet::Nowhere => return Ok(builder),
+            Outlet::Otlp(target) => {
+                let handle = self.runtime()?;
+                let health = self.health(name, "metric point");
+                let stopping = self.stopping.clone();
+                let exporter = otlp::metric_exporter(target, &handle, health, interval, stopping)?;
+                return Ok(periodic(builder, exporter, interval));
+            }
+            Outlet::Stdout => (Lines::stdout(), name),
+            Outlet::RunDir => self.run_dir_file(runlog::METRICS_FILE)?,
+        };
         let health = self.health(name, "metric point");
         let exporter = CountingMetricExporter::new(
             JsonlMetricExporter::new(lines),
@@ -121,7 +150,7 @@ impl Pipes<'_> {
             Duration::ZERO,
             self.stopping.clone(),
         );
-        periodic(builder, exporter, interval)
+        Ok(periodic(builder, exporter, interval))
     }
 
     /// The tracer provider: every span passes `taps` on the export thread, then goes to
@@ -165,7 +194,7 @@ impl Pipes<'_> {
 }
 
 /// `builder` with a reader that pushes to `exporter` every `interval`.
-pub(crate) fn periodic(
+fn periodic(
     builder: MeterProviderBuilder,
     exporter: impl PushMetricExporter,
     interval: Duration,

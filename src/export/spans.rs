@@ -21,7 +21,7 @@ use super::queue::{Accept, Backlog, Queue, QueueConfig, Transport};
 use super::returns::{Returned, Returns};
 use super::sink::Exporter;
 use super::tap::SpanTap;
-use crate::figures::{RecordBuilder, SpanFigures};
+use crate::figures::{DeviceNames, RecordBuilder, SpanFigures};
 use crate::names::attribute as attr;
 use crate::sampler::Shared;
 
@@ -46,10 +46,10 @@ impl QueueProcessor {
         let returns = Arc::new(Returns::default());
         let intake = SpanIntake {
             taps,
-            attributes: Vec::new(),
             shared,
             returns: Arc::clone(&returns),
             returned: Vec::new(),
+            attributes: Vec::new(),
         };
         let queue = Queue::start("gpuspan-spans", sink.map(Exporter), intake, config, health)?;
         Ok(Self {
@@ -93,7 +93,6 @@ impl SpanProcessor for QueueProcessor {
 /// The export thread's work on each span before it waits for the exporter.
 struct SpanIntake {
     taps: Vec<Box<dyn SpanTap>>,
-    attributes: Vec<opentelemetry::KeyValue>,
     /// The sampler's device list and keys, held here rather than by every span: a count
     /// shared by the training thread and this one would move between their cores twice
     /// per span.
@@ -101,6 +100,8 @@ struct SpanIntake {
     /// Replaced attribute lists go back to be freed where they were allocated.
     returns: Arc<Returns>,
     returned: Vec<Returned>,
+    /// This span's memory attributes, before they join its own in a list of their size.
+    attributes: Vec<opentelemetry::KeyValue>,
 }
 
 impl Accept for SpanIntake {
@@ -121,21 +122,16 @@ impl Accept for SpanIntake {
             if figures.reserved_peak.is_some() && has(attr::GPU_ALLOCATOR_RESERVED_PEAK) {
                 figures.reserved_peak = None;
             }
-            if let Some(record) = &mut record {
-                figures.offer_to(
-                    record,
-                    self.shared.source_name(),
-                    self.shared.device_indices(),
-                );
-            }
             // A new list made here: growing the one the training thread allocated would
             // take that thread's allocator lock from this one; the old one goes back there.
+            let devices = DeviceNames {
+                source: self.shared.source(),
+                keys: self.shared.all_device_keys(),
+                indices: self.shared.device_indices(),
+            };
             self.attributes.clear();
-            figures.attributes(
-                self.shared.source_value(),
-                self.shared.all_device_keys(),
-                &mut self.attributes,
-            );
+            figures.write(&devices, &mut self.attributes, record.as_mut());
+            // Sized exactly: a list the allocator can hand back as it was freed.
             let mut attributes = Vec::with_capacity(span.attributes.len() + self.attributes.len());
             attributes.append(&mut span.attributes);
             attributes.append(&mut self.attributes);

@@ -1,6 +1,6 @@
 //! The table of a span's memory attributes: one row per figure, with its key, how to read
 //! it from [`SpanFigures`], and where it lands in a record read back. The macros declare
-//! these keys as tracing fields, in this order, and [`SpanFigures::attributes`] writes
+//! these keys as tracing fields, in this order, and [`SpanFigures::write`] writes
 //! them as OTel attributes from the same rows.
 
 use opentelemetry::Value;
@@ -86,60 +86,29 @@ fn bytes(value: Option<u64>) -> Option<Number> {
     value.map(|v| Number::Int(int(v)))
 }
 fn start(t: Triple) -> Option<Number> {
-    bytes(t.start)
+    bytes(t.start())
 }
 fn end(t: Triple) -> Option<Number> {
-    bytes(t.end)
+    bytes(t.end())
 }
 fn peak(t: Triple) -> Option<Number> {
-    bytes(t.peak)
+    bytes(t.peak())
 }
 
 /// Every figure a memory span carries as a tracing field, in the macros' order.
+#[rustfmt::skip]
 pub(crate) const TRACED: [Column; 13] = [
     column(attr::GPU_MEMORY_START, |f| start(f.gpu), Slot::GpuStart),
     column(attr::GPU_MEMORY_END, |f| end(f.gpu), Slot::GpuEnd),
     column(attr::GPU_MEMORY_PEAK, |f| peak(f.gpu), Slot::GpuPeak),
-    Column {
-        key: attr::GPU_MEMORY_DELTA,
-        read: |f| f.gpu.delta().map(Number::Int),
-        slot: None,
-    },
-    Column {
-        key: attr::GPU_MEMORY_IMBALANCE,
-        read: |f| f.imbalance().map(Number::Float),
-        slot: None,
-    },
-    column(
-        attr::GPU_PROCESS_MEMORY_START,
-        |f| start(f.process_gpu),
-        Slot::ProcessStart,
-    ),
-    column(
-        attr::GPU_PROCESS_MEMORY_END,
-        |f| end(f.process_gpu),
-        Slot::ProcessEnd,
-    ),
-    column(
-        attr::GPU_PROCESS_MEMORY_PEAK,
-        |f| peak(f.process_gpu),
-        Slot::ProcessPeak,
-    ),
-    column(
-        attr::GPU_ALLOCATOR_ALLOCATED_PEAK,
-        |f| bytes(f.allocated_peak),
-        Slot::AllocatedPeak,
-    ),
-    column(
-        attr::GPU_ALLOCATOR_RESERVED_PEAK,
-        |f| bytes(f.reserved_peak),
-        Slot::ReservedPeak,
-    ),
-    column(
-        attr::PROCESS_MEMORY_START,
-        |f| start(f.host),
-        Slot::HostStart,
-    ),
+    Column { key: attr::GPU_MEMORY_DELTA, read: |f| f.gpu.delta().map(Number::Int), slot: None },
+    Column { key: attr::GPU_MEMORY_IMBALANCE, read: |f| f.imbalance().map(Number::Float), slot: None },
+    column(attr::GPU_PROCESS_MEMORY_START, |f| start(f.process_gpu), Slot::ProcessStart),
+    column(attr::GPU_PROCESS_MEMORY_END, |f| end(f.process_gpu), Slot::ProcessEnd),
+    column(attr::GPU_PROCESS_MEMORY_PEAK, |f| peak(f.process_gpu), Slot::ProcessPeak),
+    column(attr::GPU_ALLOCATOR_ALLOCATED_PEAK, |f| bytes(f.allocated_peak), Slot::AllocatedPeak),
+    column(attr::GPU_ALLOCATOR_RESERVED_PEAK, |f| bytes(f.reserved_peak), Slot::ReservedPeak),
+    column(attr::PROCESS_MEMORY_START, |f| start(f.host), Slot::HostStart),
     column(attr::PROCESS_MEMORY_END, |f| end(f.host), Slot::HostEnd),
     column(attr::PROCESS_MEMORY_PEAK, |f| peak(f.host), Slot::HostPeak),
 ];

@@ -12,41 +12,92 @@
 mod columns;
 mod read;
 
+use columns::Slot;
 pub(crate) use columns::{Number, TRACED};
 pub(crate) use read::RecordBuilder;
+
+use std::sync::Arc;
 
 use opentelemetry::{Key, KeyValue, Value};
 
 use crate::names::attribute as attr;
 
+/// A reading that may be missing, in eight bytes: `u64::MAX` stands for "not measured", as
+/// in the sampler's atomics (no device or host holds 16 EiB). Kept this small because the
+/// figures move through the training thread's hand-off by value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Reading(u64);
+
+impl Reading {
+    const NONE: Self = Self(u64::MAX);
+
+    fn new(value: Option<u64>) -> Self {
+        value.map_or(Self::NONE, |v| Self(v.min(u64::MAX - 1)))
+    }
+
+    fn get(self) -> Option<u64> {
+        (self != Self::NONE).then_some(self.0)
+    }
+}
+
+impl std::fmt::Debug for Reading {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 /// Start, end and peak of one figure over a span, each where it was measured: a sum over
 /// the devices has all three or none; a device lost meanwhile has no end; a window older
 /// than the collector's full resolution has a peak only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Triple {
-    pub(crate) start: Option<u64>,
-    pub(crate) end: Option<u64>,
-    pub(crate) peak: Option<u64>,
+    start: Reading,
+    end: Reading,
+    peak: Reading,
+}
+
+impl Default for Triple {
+    /// Nothing measured.
+    fn default() -> Self {
+        Self::new(None, None, None)
+    }
 }
 
 impl Triple {
+    /// The figures that were measured.
+    pub(crate) fn new(start: Option<u64>, end: Option<u64>, peak: Option<u64>) -> Self {
+        Self {
+            start: Reading::new(start),
+            end: Reading::new(end),
+            peak: Reading::new(peak),
+        }
+    }
+
     /// All three figures.
     pub(crate) fn whole(start: u64, end: u64, peak: u64) -> Self {
-        Self {
-            start: Some(start),
-            end: Some(end),
-            peak: Some(peak),
-        }
+        Self::new(Some(start), Some(end), Some(peak))
+    }
+
+    pub(crate) fn start(&self) -> Option<u64> {
+        self.start.get()
+    }
+
+    pub(crate) fn end(&self) -> Option<u64> {
+        self.end.get()
+    }
+
+    pub(crate) fn peak(&self) -> Option<u64> {
+        self.peak.get()
     }
 
     /// End minus start, as a signed byte count.
     fn delta(&self) -> Option<i64> {
-        Some(int(self.end?).saturating_sub(int(self.start?)))
+        Some(int(self.end()?).saturating_sub(int(self.start()?)))
     }
 
     /// There at the start and gone at the end.
     fn lost(&self) -> bool {
-        self.start.is_some() && self.end.is_none()
+        self.start().is_some() && self.end().is_none()
     }
 }
 
@@ -80,7 +131,7 @@ impl SpanFigures {
         if self.devices.len() < 2 || self.devices.iter().any(Triple::lost) {
             return None;
         }
-        let mut peaks = self.devices.iter().map(|d| d.peak);
+        let mut peaks = self.devices.iter().map(Triple::peak);
         let first = peaks.next()??;
         let (mut low, mut high) = (first, first);
         for peak in peaks {
@@ -93,73 +144,109 @@ impl SpanFigures {
 
     /// Every numeric attribute but the per-device ones, in the table's order, then the
     /// sample count and the resolutions (the process figures' only when they were read).
+    #[cfg(feature = "collect")]
     pub(crate) fn numbers(&self) -> impl Iterator<Item = (&'static str, Number)> + '_ {
-        let process_resolution = self.process_resolution_ns.filter(|_| {
-            let p = self.process_gpu;
-            p.start.is_some() || p.end.is_some() || p.peak.is_some()
-        });
-        let extra = [
-            (attr::GPU_MEMORY_SAMPLES, self.samples),
-            (attr::GPU_MEMORY_RESOLUTION, self.resolution_ns),
-            (attr::GPU_PROCESS_MEMORY_RESOLUTION, process_resolution),
-        ];
         TRACED
             .iter()
             .filter_map(|column| Some((column.key, (column.read)(self)?)))
             .chain(
-                extra
+                self.counts()
                     .into_iter()
-                    .filter_map(|(key, v)| Some((key, Number::Int(int(v?))))),
+                    .filter_map(|(key, _, v)| Some((key, Number::Int(int(v?))))),
             )
+    }
+
+    /// The figures after the table's: the sample count and the resolutions, each with its
+    /// slot in a record, if it has one.
+    fn counts(&self) -> [(&'static str, Option<Slot>, Option<u64>); 3] {
+        let process_resolution = self.process_resolution_ns.filter(|_| {
+            let p = self.process_gpu;
+            p.start().is_some() || p.end().is_some() || p.peak().is_some()
+        });
+        [
+            (attr::GPU_MEMORY_SAMPLES, Some(Slot::Samples), self.samples),
+            (attr::GPU_MEMORY_RESOLUTION, None, self.resolution_ns),
+            (
+                attr::GPU_PROCESS_MEMORY_RESOLUTION,
+                None,
+                process_resolution,
+            ),
+        ]
     }
 
     /// The per-device figures that were measured: (position in `devices`, 0 = start,
     /// 1 = end, 2 = peak, value).
     pub(crate) fn device_numbers(&self) -> impl Iterator<Item = (usize, usize, i64)> + '_ {
         self.devices.iter().enumerate().flat_map(|(i, d)| {
-            [d.start, d.end, d.peak]
+            [d.start(), d.end(), d.peak()]
                 .into_iter()
                 .enumerate()
                 .filter_map(move |(figure, v)| Some((i, figure, int(v?))))
         })
     }
 
-    /// The OTel attributes: [`numbers`](Self::numbers), the source, then the per-device
-    /// figures (`device_keys[i]` = start, end and peak keys of device i).
-    pub(crate) fn attributes(
+    /// Writes the OTel attributes to `out` ([`numbers`](Self::numbers), the source, then
+    /// the per-device figures) and, when the taps need one, offers the same figures to
+    /// `record`, exactly as reading the span back would (a test checks both ways agree): the
+    /// export thread reads each figure once and never parses its own keys back.
+    pub(crate) fn write(
         &self,
-        source: Value,
-        device_keys: &[[Key; 3]],
+        devices: &DeviceNames<'_>,
         out: &mut Vec<KeyValue>,
+        mut record: Option<&mut RecordBuilder>,
     ) {
-        out.reserve(TRACED.len() + 3 + self.devices.len() * 3);
-        out.extend(self.numbers().map(|(key, n)| KeyValue::new(key, n.value())));
-        out.push(KeyValue::new(attr::GPU_MEMORY_SOURCE, source));
-        for (device, figure, value) in self.device_numbers() {
-            if let Some(keys) = device_keys.get(device) {
-                out.push(KeyValue::new(keys[figure].clone(), value));
-            }
-        }
-    }
-
-    /// Offers the figures to a record being read from the span's own attributes, exactly
-    /// as reading the span again after [`SpanFigures::attributes`] would (a test checks
-    /// both ways agree): the export thread then never parses its own keys back.
-    pub(crate) fn offer_to(&self, record: &mut RecordBuilder, source: &str, indices: &[u32]) {
-        for column in &TRACED {
-            if let (Some(slot), Some(Number::Int(value))) = (column.slot, (column.read)(self)) {
+        out.reserve(TRACED.len() + 4 + self.devices.len() * 3);
+        let mut offer = |slot: Option<Slot>, number: Number| {
+            if let (Some(record), Some(slot), Number::Int(value)) =
+                (record.as_deref_mut(), slot, number)
+            {
                 record.offer(slot, value);
             }
+        };
+        for column in &TRACED {
+            if let Some(number) = (column.read)(self) {
+                offer(column.slot, number);
+                out.push(KeyValue::new(column.key, number.value()));
+            }
         }
-        if let Some(samples) = self.samples {
-            record.offer(columns::Slot::Samples, int(samples));
+        for (key, slot, value) in self.counts() {
+            if let Some(value) = value {
+                let number = Number::Int(int(value));
+                offer(slot, number);
+                out.push(KeyValue::new(key, number.value()));
+            }
         }
-        record.offer_source(source);
+        out.push(KeyValue::new(
+            attr::GPU_MEMORY_SOURCE,
+            devices.source_value(),
+        ));
+        if let Some(record) = record.as_deref_mut() {
+            record.offer_source(devices.source);
+        }
         for (device, figure, value) in self.device_numbers() {
-            if let Some(&index) = indices.get(device) {
+            if let Some(keys) = devices.keys.get(device) {
+                out.push(KeyValue::new(keys[figure].clone(), value));
+            }
+            if let (Some(record), Some(&index)) =
+                (record.as_deref_mut(), devices.indices.get(device))
+            {
                 record.offer_device(index, columns::DeviceFigure::ALL[figure], value);
             }
         }
+    }
+}
+
+/// What the figures of a span of the macros are written with: the memory source and, for
+/// each device in scope, its attribute keys and NVML index.
+pub(crate) struct DeviceNames<'a> {
+    pub(crate) source: &'a Arc<str>,
+    pub(crate) keys: &'a [[Key; 3]],
+    pub(crate) indices: &'a [u32],
+}
+
+impl DeviceNames<'_> {
+    fn source_value(&self) -> Value {
+        Value::String(Arc::clone(self.source).into())
     }
 }
 
@@ -188,7 +275,9 @@ mod tests {
     use opentelemetry::{InstrumentationScope, Key, KeyValue};
     use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
-    use super::{RecordBuilder, SpanFigures, Triple};
+    use std::sync::Arc;
+
+    use super::{DeviceNames, RecordBuilder, SpanFigures, Triple};
     use crate::record::SpanRecord;
 
     /// NVML indices 1, 3, 5...: not their positions, as with `CUDA_VISIBLE_DEVICES`.
@@ -232,7 +321,8 @@ mod tests {
     }
 
     /// The record the export thread completes from the figures is the record read back
-    /// from the attributes those figures become, for every shape of figures.
+    /// from the attributes those figures become, for every shape of figures; with no taps
+    /// to feed, the attributes are the same.
     #[test]
     fn a_record_completed_from_figures_equals_the_one_read_from_the_exported_span() {
         let own = |extra: Vec<KeyValue>| {
@@ -259,10 +349,12 @@ mod tests {
                     allocated_peak: (variant == 2).then_some(42),
                     reserved_peak: (variant >= 2).then_some(84),
                     devices: (0..n)
-                        .map(|i| Triple {
-                            start: Some(10 * i as u64),
-                            end: (variant != 3 || i != 1).then_some(10 * i as u64 + 3),
-                            peak: Some(10 * i as u64 + 9),
+                        .map(|i| {
+                            Triple::new(
+                                Some(10 * i as u64),
+                                (variant != 3 || i != 1).then_some(10 * i as u64 + 3),
+                                Some(10 * i as u64 + 9),
+                            )
                         })
                         .collect(),
                     samples: Some(17),
@@ -279,9 +371,18 @@ mod tests {
                 };
                 let mut exported = span("step", own(extra.clone()));
                 let mut completed = RecordBuilder::from_span_data(&exported);
-                figures.offer_to(&mut completed, "nvml", &indices);
+                let source: Arc<str> = "nvml".into();
+                let keys = keys(&indices);
+                let names = DeviceNames {
+                    source: &source,
+                    keys: &keys,
+                    indices: &indices,
+                };
                 let mut ours = Vec::new();
-                figures.attributes("nvml".into(), &keys(&indices), &mut ours);
+                figures.write(&names, &mut ours, Some(&mut completed));
+                let mut without_taps = Vec::new();
+                figures.write(&names, &mut without_taps, None);
+                assert_eq!(ours, without_taps);
                 exported.attributes.extend(ours);
                 if let Some(error) = &figures.error {
                     exported.status = Status::error(error.clone());

@@ -164,9 +164,9 @@ impl Shared {
         &self.source_name
     }
 
-    /// The source name as an attribute value.
-    pub(crate) fn source_value(&self) -> opentelemetry::Value {
-        opentelemetry::Value::String(std::sync::Arc::clone(&self.source_name).into())
+    /// The source name, shared with every span's attribute.
+    pub(crate) fn source(&self) -> &std::sync::Arc<str> {
+        &self.source_name
     }
 
     /// Devices in scope, in reading order.

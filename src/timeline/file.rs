@@ -420,33 +420,20 @@ mod tests {
         let devices = [device(0), device(3)];
         let mut file = header(origin, 5_000_000, &devices);
         let mut encoder = Encoder::new(origin, figures(2).len());
+        // The same values twice in a row, then every figure changing, then from zero.
+        let first = vec![
+            Some(10),
+            Some(20),
+            Some(80),
+            Some(80),
+            None,
+            Some(7),
+            None,
+            None,
+        ];
         let samples: Vec<(u64, Vec<Option<u64>>)> = vec![
-            (
-                origin + 1_000,
-                vec![
-                    Some(10),
-                    Some(20),
-                    Some(80),
-                    Some(80),
-                    None,
-                    Some(7),
-                    None,
-                    None,
-                ],
-            ),
-            (
-                origin + 5_001_000,
-                vec![
-                    Some(10),
-                    Some(20),
-                    Some(80),
-                    Some(80),
-                    None,
-                    Some(7),
-                    None,
-                    None,
-                ],
-            ),
+            (origin + 1_000, first.clone()),
+            (origin + 5_001_000, first),
             (
                 origin + 10_002_000,
                 vec![

@@ -13,6 +13,8 @@ use crate::util::bytes;
 /// The kind of finding: a span whose peak went over the memory budget.
 pub(crate) struct BudgetExceeded;
 
+pub(super) const KIND: &dyn FindingKind = &BudgetExceeded;
+
 impl FindingKind for BudgetExceeded {
     fn event(&self) -> &'static str {
         event::BUDGET_EXCEEDED

@@ -34,6 +34,8 @@ impl LeakRule {
 /// The kind of finding: a suspected leak.
 pub(crate) struct LeakSuspected;
 
+pub(super) const KIND: &dyn FindingKind = &LeakSuspected;
+
 impl FindingKind for LeakSuspected {
     fn event(&self) -> &'static str {
         event::LEAK_SUSPECTED

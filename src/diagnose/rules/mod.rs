@@ -1,14 +1,12 @@
 //! The kinds of finding diagnosis makes, in one registry: each kind's event name, counter,
 //! epoch-table mark and warning line, and for a span rule the logic that makes its
-//! findings. The diagnosis tap, the metrics and `gpuspan report` loop over [`KINDS`], so a
-//! new rule is a file of its own here and one line in that list.
+//! findings. The diagnosis tap, the metrics and `gpuspan report` loop over [`KINDS`]. Every
+//! other file of this folder is a kind, and its `KIND` is in that list without a line
+//! here (the build script lists the folder), so a new rule is its file and its event's
+//! name in `names.rs`.
 //!
 //! Threading: the kinds are stateless and shared; a [`SpanRule`] is a run's state and lives
 //! on the export thread inside the diagnosis tap.
-
-mod budget;
-mod leak;
-mod oom;
 
 use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::common::v1 as proto;
@@ -17,14 +15,9 @@ use crate::diagnose::settings::DiagnoseSettings;
 use crate::diagnose::{Findings, Limits};
 use crate::record::{Role, SpanRecord};
 
-/// Every kind of finding, in the order the tap applies the span rules (so the order of
-/// their events on a span).
-pub(crate) const KINDS: &[&dyn FindingKind] = &[
-    &leak::LeakSuspected,
-    &budget::BudgetExceeded,
-    &oom::NEAR_OOM,
-    &oom::OOM,
-];
+// Every kind of finding (`KINDS`), in the order the tap applies the span rules, so the
+// order of their events on a span: the files' names' order.
+include!(concat!(env!("OUT_DIR"), "/diagnosis_rules.rs"));
 
 /// The kind of finding whose event is named `event`.
 pub(crate) fn kind(event: &str) -> Option<&'static dyn FindingKind> {
@@ -55,6 +48,31 @@ pub(crate) trait FindingKind: Sync {
     /// elsewhere (the near-OOM recorder).
     fn start(&self, _setup: &Setup<'_>) -> Option<Box<dyn SpanRule>> {
         None
+    }
+}
+
+/// A kind of finding no span rule makes (the near-OOM recorder makes it): an unsplit
+/// counter and a fixed mark.
+pub(crate) struct RecorderFinding {
+    event: &'static str,
+    description: &'static str,
+    mark: &'static str,
+}
+
+impl FindingKind for RecorderFinding {
+    fn event(&self) -> &'static str {
+        self.event
+    }
+
+    fn counter(&self) -> Counter {
+        Counter {
+            description: self.description,
+            split: None,
+        }
+    }
+
+    fn mark(&self, _: &dyn Attributes, _: Detail) -> String {
+        self.mark.to_owned()
     }
 }
 
