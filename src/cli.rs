@@ -37,6 +37,18 @@ enum Command {
         #[arg(long, default_value_t = 1400)]
         width: u32,
     },
+    /// Proves the peak on this machine's GPUs: allocates a known amount on each device
+    /// through the CUDA driver, holds it, frees it, and checks that the span's peak and this
+    /// process's figures saw it. Exits 1 when a check fails, 2 when there is no GPU to test.
+    #[cfg(feature = "nvml")]
+    Selftest {
+        /// MiB to allocate on each device (at most half of its free memory).
+        #[arg(long, default_value_t = 1024)]
+        mib: u64,
+        /// The sampling interval to test, such as 5ms.
+        #[arg(long, default_value = "5ms", value_parser = parse_sample_interval)]
+        interval: Duration,
+    },
     /// Prints each device's memory every interval until interrupted.
     Watch {
         /// Time between lines, such as 500ms or 2s (at least 10ms, at most a day).
@@ -105,6 +117,17 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     Ok(interval)
 }
 
+/// `--interval`: the settings' duration grammar, as `GPUSPAN_SAMPLE_INTERVAL` takes it.
+#[cfg(feature = "nvml")]
+fn parse_sample_interval(text: &str) -> Result<Duration, String> {
+    let interval = crate::config::parse::duration(text)
+        .map_err(|error| format!("expected {}", error.expected()))?;
+    if interval.is_zero() {
+        return Err("expected a duration above zero, such as 5ms".to_owned());
+    }
+    Ok(interval)
+}
+
 /// Runs the command line with `args` (the program name first, as in `std::env::args_os`),
 /// printing to standard output and errors to standard error.
 ///
@@ -143,6 +166,8 @@ where
             report(dir, &pictures)
         }
         Command::Watch { every, count } => watch(every, count),
+        #[cfg(feature = "nvml")]
+        Command::Selftest { mib, interval } => return selftest(mib, interval),
         #[cfg(feature = "collect")]
         Command::Collect {
             grpc,
@@ -383,6 +408,33 @@ fn watch(every: Duration, count: Option<u64>) -> Result<(), CommandError> {
         lines += 1;
     }
     Ok(telemetry.shutdown()?)
+}
+
+/// `gpuspan selftest`: the table on standard output; 0 when every check passed, 1 when one
+/// failed, 2 when nothing could be tested.
+#[cfg(feature = "nvml")]
+fn selftest(mib: u64, interval: Duration) -> u8 {
+    let scratch = std::env::temp_dir().join(format!("gpuspan-selftest-{}", std::process::id()));
+    let options = crate::selftest::Options {
+        bytes: mib.saturating_mul(1 << 20),
+        interval,
+    };
+    let outcome = crate::selftest::run(options, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    match outcome {
+        Ok(outcome) => {
+            print!("{}", outcome.table);
+            if outcome.passed {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("gpuspan selftest: {e}");
+            2
+        }
+    }
 }
 
 #[cfg(feature = "collect")]

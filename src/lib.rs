@@ -76,6 +76,8 @@ pub mod report;
 mod resource;
 pub mod runlog;
 mod sampler;
+#[cfg(all(feature = "cli", feature = "nvml"))]
+mod selftest;
 mod signals;
 mod source;
 mod span;
@@ -104,9 +106,9 @@ pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
 pub use export::health::{ExportCounts, ExportTally};
 pub use layer::record_allocator;
-pub use sampler::SamplerStats;
+pub use sampler::{DriverCheck, SamplerStats};
 pub use source::{
-    Device, DeviceReading, DeviceScope, DeviceScopeError, MemorySource, ProcessLister,
+    Device, DeviceReading, DeviceScope, DeviceScopeError, DriverPeak, MemorySource, ProcessLister,
 };
 pub use span::{MemorySpan, SpanMemory};
 pub use telemetry::{init, Builder, DeviceMemory, Telemetry};

@@ -69,6 +69,7 @@ pub(crate) trait ExporterKind: Sync {
 
     /// Where it sends, for people: `gpuspan collect`'s banner and messages. `run_dir` is
     /// the run directory in use, if any.
+    #[cfg(feature = "collect")]
     fn describe(&self, destination: &Destination, run_dir: Option<&Path>) -> String {
         self.outlet(destination)
             .map_or_else(|e| e.to_string(), |outlet| outlet.describe(run_dir))

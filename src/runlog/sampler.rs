@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sampler::SamplerStats;
+use crate::sampler::{driver_check_line, DriverCheck, SamplerStats};
+use crate::source::DriverPeak;
 
 /// File of the sampler's figures inside a run directory.
 pub const SAMPLER_FILE: &str = "sampler.json";
@@ -24,6 +25,17 @@ struct SamplerFile {
     process_interval_ns: Option<u64>,
     process_read_ns: Option<u64>,
     process_lists: u64,
+    /// Absent from files written before the check existed.
+    #[serde(default)]
+    driver_check: Vec<CheckFile>,
+}
+
+/// One device's process peak against the driver's accounting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct CheckFile {
+    device: u32,
+    listed_peak: Option<u64>,
+    driver: DriverPeak,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -43,17 +55,42 @@ pub(crate) fn write(dir: &Path, stats: &SamplerStats) -> std::io::Result<()> {
         process_interval_ns: stats.process_interval.map(ns),
         process_read_ns: stats.process_read.map(ns),
         process_lists: stats.process_lists,
+        driver_check: stats
+            .driver_check
+            .iter()
+            .map(|c| CheckFile {
+                device: c.device,
+                listed_peak: c.listed_peak,
+                driver: c.driver.clone(),
+            })
+            .collect(),
     };
     let text = serde_json::to_string_pretty(&file).map_err(std::io::Error::other)?;
     std::fs::write(dir.join(SAMPLER_FILE), text + "\n")
 }
 
 /// One line on how far the run's peaks can be trusted, when the run directory has the
-/// sampler's figures.
+/// sampler's figures, and one on this process's peak against the driver's accounting when
+/// there is something to say.
 pub fn trust_line(dir: &Path) -> Option<String> {
     let text = std::fs::read_to_string(dir.join(SAMPLER_FILE)).ok()?;
     let file: SamplerFile = serde_json::from_str(&text).ok()?;
-    Some(describe(&file))
+    let checks: Vec<DriverCheck> = file
+        .driver_check
+        .iter()
+        .map(|c| DriverCheck {
+            device: c.device,
+            listed_peak: c.listed_peak,
+            driver: c.driver.clone(),
+        })
+        .collect();
+    let every = file.process_interval_ns.map(Duration::from_nanos);
+    let mut line = describe(&file);
+    if let Some(check) = driver_check_line(&checks, every) {
+        line.push('\n');
+        line.push_str(check.trim_start_matches("gpuspan: "));
+    }
+    Some(line)
 }
 
 fn describe(f: &SamplerFile) -> String {
@@ -97,12 +134,25 @@ mod tests {
             process_interval: Some(Duration::from_millis(720)),
             process_read: Some(Duration::from_millis(36)),
             process_lists: 11,
+            driver_check: vec![DriverCheck {
+                device: 0,
+                listed_peak: Some(9 << 30),
+                driver: DriverPeak::Peak(10 << 30),
+            }],
         };
         write(dir.path(), &stats).unwrap();
         let line = trust_line(dir.path()).unwrap();
         assert!(line.contains("99.8 % of ticks kept"), "{line}");
         assert!(line.contains("longest gap 9.1ms"), "{line}");
         assert!(line.contains("process memory read every 720.0ms"), "{line}");
+        assert!(
+            line.ends_with(
+                "\nthis process's peak, by the driver's accounting against gpuspan's process \
+                 lists (read every 720ms): GPU 0: 10.0 GiB against 9.0 GiB, 1.0 GiB (10.0 %) \
+                 under"
+            ),
+            "{line}"
+        );
         assert_eq!(trust_line(&dir.path().join("missing")), None);
     }
 }

@@ -45,12 +45,15 @@ pub(crate) mod figure {
 
 mod cadence;
 mod cost;
+mod driver_check;
 mod meter;
 mod processes;
 mod shared;
 mod watermark;
 
 use cadence::Cadence;
+pub(crate) use driver_check::line as driver_check_line;
+pub use driver_check::DriverCheck;
 pub(crate) use meter::{Call, SelfMeter};
 use processes::Processes;
 pub use shared::SamplerStats;
@@ -176,13 +179,20 @@ impl Sampler {
         if self.done.recv_timeout(STOP_WAIT).is_ok() {
             let _ = thread.join();
         }
-        if let Some((_, thread, done)) = self.processes.take() {
+        if let Some((processes, thread, done)) = self.processes.take() {
             let left = deadline.saturating_duration_since(Instant::now());
             if done.recv_timeout(left).is_ok() {
                 let _ = thread.join();
+                if let Some(checks) = processes.check_against_driver(&self.shared.device_indices) {
+                    *lock(&self.shared.driver_check) = checks;
+                }
             }
         }
-        if let Some(line) = cadence::shutdown_line(&self.shared.stats()) {
+        let stats = self.shared.stats();
+        if let Some(line) = cadence::shutdown_line(&stats) {
+            eprintln!("{line}");
+        }
+        if let Some(line) = driver_check::line(&stats.driver_check, stats.process_interval) {
             eprintln!("{line}");
         }
     }

@@ -20,6 +20,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use super::cost::Cost;
+use super::driver_check::DriverCheck;
 use super::meter::Call;
 use super::{Shared, ABSENT};
 use crate::source::ProcessLister;
@@ -63,6 +64,8 @@ pub(super) struct Processes {
     listing: Mutex<Listing>,
     /// Per device: this process's memory at its latest list (`ABSENT`: not known).
     values: Box<[AtomicU64]>,
+    /// Per device: the most any list saw, over the run.
+    peaks: Box<[AtomicU64]>,
     offloaded: AtomicBool,
     interval: Duration,
     thread: OnceLock<Thread>,
@@ -87,6 +90,7 @@ impl Processes {
                 unlisted: devices,
             }),
             values: (0..devices).map(|_| AtomicU64::new(ABSENT)).collect(),
+            peaks: (0..devices).map(|_| AtomicU64::new(ABSENT)).collect(),
             offloaded: AtomicBool::new(false),
             interval,
             thread: OnceLock::new(),
@@ -135,10 +139,11 @@ impl Processes {
             listing.unlisted = listing.unlisted.saturating_sub(1);
         }
         listing.costs[device].record(took);
-        self.values[device].store(
-            value.map_or(ABSENT, |v| v.min(ABSENT - 1)),
-            Ordering::Relaxed,
-        );
+        let value = value.map_or(ABSENT, |v| v.min(ABSENT - 1));
+        self.values[device].store(value, Ordering::Relaxed);
+        if value != ABSENT {
+            super::raise(&self.peaks[device], value);
+        }
         shared.process_lists.fetch_add(1, Ordering::Relaxed);
         shared.meter(Call::Processes, took);
     }
@@ -195,6 +200,24 @@ impl Processes {
                 std::thread::park_timeout(wake - now);
             }
         }
+    }
+
+    /// Each device's listed peak against the driver's accounting of this process, asked
+    /// once the lists have stopped; `None` when a list is still running (a driver call
+    /// that hangs: asking the driver again would hang too).
+    pub(super) fn check_against_driver(&self, indices: &[u32]) -> Option<Vec<DriverCheck>> {
+        let mut listing = self.listing.try_lock().ok()?;
+        let checks = indices
+            .iter()
+            .zip(self.peaks.iter())
+            .enumerate()
+            .map(|(position, (&device, peak))| DriverCheck {
+                device,
+                listed_peak: super::reading(peak.load(Ordering::Relaxed)),
+                driver: listing.lister.driver_peak(position),
+            })
+            .collect();
+        Some(checks)
     }
 
     pub(super) fn unpark(&self) {

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use super::driver_check::DriverCheck;
 use super::meter::{Call, SelfMeter};
 use super::watermark::{Watermark, Watermarks};
 use super::{figure, raise, reading, ABSENT};
@@ -51,6 +52,8 @@ pub(crate) struct Shared {
     pub(super) process_cost_ns: AtomicU64,
     /// Where the sampler's measurements of itself go, once the meters exist.
     meter: OnceLock<Box<dyn SelfMeter>>,
+    /// The process peaks held against the driver's accounting, as the run ended.
+    pub(super) driver_check: Mutex<Vec<DriverCheck>>,
 }
 
 /// `gpu.<index>.memory.start` / `.end` / `.peak`, made once per device index for the life
@@ -73,7 +76,7 @@ pub(super) fn device_keys(index: u32) -> [&'static str; 3] {
 pub(crate) struct PeakWindow(pub(super) Box<[AtomicU64]>);
 
 /// How the sampler kept up with its schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SamplerStats {
     /// Readings taken since the sampler started.
     pub samples: u64,
@@ -98,6 +101,10 @@ pub struct SamplerStats {
     pub process_read: Option<Duration>,
     /// Process lists taken.
     pub process_lists: u64,
+    /// This process's peak on each device by the process lists, against the driver's
+    /// accounting, as the run ended (empty before, or when the source lists no
+    /// processes).
+    pub driver_check: Vec<DriverCheck>,
 }
 
 impl Shared {
@@ -132,6 +139,7 @@ impl Shared {
             process_every_ns: AtomicU64::new(ABSENT),
             process_cost_ns: AtomicU64::new(ABSENT),
             meter: OnceLock::new(),
+            driver_check: Mutex::new(Vec::new()),
         }
     }
 
@@ -313,6 +321,7 @@ impl Shared {
             process_interval: load(&self.process_every_ns),
             process_read: load(&self.process_cost_ns),
             process_lists: self.process_lists.load(Ordering::Relaxed),
+            driver_check: lock(&self.driver_check).clone(),
         }
     }
 }

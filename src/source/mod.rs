@@ -93,6 +93,29 @@ pub trait ProcessLister: Send + 'static {
     /// [`devices`](MemorySource::devices) order), in bytes; `None` when the driver cannot
     /// say.
     fn list(&mut self, position: usize) -> Option<u64>;
+
+    /// The driver's own record of the most memory this process held on the device at
+    /// `position`, where it keeps one (NVML's accounting mode). The sampler asks once, as
+    /// the run ends, to check the peak its lists saw against the driver's.
+    fn driver_peak(&mut self, _position: usize) -> DriverPeak {
+        DriverPeak::Unsupported
+    }
+}
+
+/// What the driver says of a process's peak memory on one device.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriverPeak {
+    /// The most memory the process held, in bytes, by the driver's count.
+    Peak(u64),
+    /// Accounting is on, but the driver has no figure for this process.
+    NoRecord,
+    /// The driver can keep accounting and it is off.
+    Off,
+    /// The driver keeps no accounting for this device.
+    Unsupported,
+    /// Asking failed.
+    Failed(String),
 }
 
 impl std::fmt::Debug for dyn MemorySource {

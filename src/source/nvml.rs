@@ -10,7 +10,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
 
 use super::processes::{ProcessList, ProcessTable};
-use super::{Device, DeviceReading, DeviceScope, MemorySource, ProcessLister};
+use super::{Device, DeviceReading, DeviceScope, DriverPeak, MemorySource, ProcessLister};
 
 /// Reads device memory and utilization from NVML, and this process's memory through its
 /// [`NvmlProcesses`] until the sampler takes that over.
@@ -271,6 +271,29 @@ impl ProcessLister for NvmlProcesses {
             self.publish(position, list);
         }
         mine
+    }
+
+    fn driver_peak(&mut self, position: usize) -> DriverPeak {
+        let Some(&handle) = self.handles.get(position) else {
+            return DriverPeak::Unsupported;
+        };
+        // SAFETY: the handle came from `self.nvml`, which outlives this borrow.
+        let device = unsafe { NvmlDevice::new(handle, &self.nvml) };
+        match device.is_accounting_enabled() {
+            Ok(true) => {}
+            Ok(false) => return DriverPeak::Off,
+            Err(e) if is_unsupported(&e) => return DriverPeak::Unsupported,
+            Err(e) => return DriverPeak::Failed(describe(&e)),
+        }
+        match device.accounting_stats_for(self.pid) {
+            Ok(stats) => stats
+                .max_memory_usage
+                .map_or(DriverPeak::NoRecord, DriverPeak::Peak),
+            Err(NvmlError::NotFound) => DriverPeak::NoRecord,
+            // NVML answers NotSupported when accounting was turned off meanwhile.
+            Err(NvmlError::NotSupported) => DriverPeak::Off,
+            Err(e) => DriverPeak::Failed(describe(&e)),
+        }
     }
 }
 

@@ -32,6 +32,11 @@
  *                              used memory, lines "process <pid> <device>
  *                              <bytes>" are the compute processes listed
  *                              (all of them: the lists are replaced)
+ *      FAKE_NVML_ACCOUNTING    1: every device keeps per-process accounting
+ *                              (see "Accounting" below)
+ *      FAKE_NVML_ACCOUNTED_PEAK_MIB  the driver's accounted peak of the calling
+ *                              process on device 0, as if it had held that
+ *                              much between two process lists
  *
  * Latency: by default every call answers at once. A latency set for a
  * per-device entry point (fake_nvml_set_latency or FAKE_NVML_LATENCY_US) is
@@ -42,6 +47,14 @@
  * behind memory reads), and fake_nvml_driver_lock_held_ns says how long the
  * lock was held in all. A real driver costs about 12 us per
  * nvmlDeviceGetMemoryInfo_v2 and 4.5 ms per process list.
+ *
+ * Accounting: a device with accounting on (FAKE_NVML_ACCOUNTING,
+ * fake_nvml_set_accounting) keeps, per pid, the most memory any of its compute
+ * process lists ever held (as set, or read from the live file), and answers
+ * nvmlDeviceGetAccountingStats with it as maxMemoryUsage. A real driver sees
+ * every allocation, the fake only the values it was given:
+ * fake_nvml_set_accounted_peak scripts the driver's figure directly. With
+ * accounting off, the stats call fails with NOT_SUPPORTED, as NVML's does.
  *
  * Build with -DFAKE_NVML_NO_PROCESS_QUERIES to leave out the two process
  * query symbols, as a driver that lacks them would.
@@ -174,7 +187,21 @@ typedef struct nvmlDevice_st {
     unsigned int graphics_count;
     fake_point *timeline;
     unsigned int timeline_count;
+    int accounting;
+    fake_process accounted[FAKE_MAX_PROCESSES]; /* pid and its highest usage */
+    unsigned int accounted_count;
 } *nvmlDevice_t;
+
+/* nvmlAccountingStats_t (nvmlAccountingStats_st). */
+typedef struct nvmlAccountingStats_st {
+    unsigned int gpuUtilization;
+    unsigned int memoryUtilization;
+    unsigned long long maxMemoryUsage;
+    unsigned long long time;
+    unsigned long long startTime;
+    unsigned int isRunning;
+    unsigned int reserved[5];
+} nvmlAccountingStats_t;
 
 typedef struct fake_error {
     char name[FAKE_FN_NAME_MAX];
@@ -203,6 +230,8 @@ enum {
     F_nvmlDeviceGetUtilizationRates,
     F_nvmlDeviceGetComputeRunningProcesses_v3,
     F_nvmlDeviceGetGraphicsRunningProcesses_v3,
+    F_nvmlDeviceGetAccountingMode,
+    F_nvmlDeviceGetAccountingStats,
     F_COUNT
 };
 
@@ -226,6 +255,8 @@ static const char *const fn_names[F_COUNT] = {
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetAccountingMode",
+    "nvmlDeviceGetAccountingStats",
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -290,6 +321,32 @@ static void reset_locked(void) {
     g_defaults_done = 1;
 }
 
+/* The accounting entry of pid on d, made when missing; NULL when the table is full. */
+static fake_process *accounted_locked(struct nvmlDevice_st *d, unsigned int pid) {
+    for (unsigned int i = 0; i < d->accounted_count; i++) {
+        if (d->accounted[i].pid == pid) {
+            return &d->accounted[i];
+        }
+    }
+    if (d->accounted_count == FAKE_MAX_PROCESSES) {
+        return NULL;
+    }
+    fake_process *p = &d->accounted[d->accounted_count++];
+    p->pid = pid;
+    p->used = 0;
+    return p;
+}
+
+/* Raises each compute process's accounted peak on d to what it holds now. */
+static void account_locked(struct nvmlDevice_st *d) {
+    for (unsigned int i = 0; i < d->compute_count; i++) {
+        fake_process *p = accounted_locked(d, d->compute[i].pid);
+        if (p != NULL && d->compute[i].used != ~0ull && d->compute[i].used > p->used) {
+            p->used = d->compute[i].used;
+        }
+    }
+}
+
 /* Applies FAKE_NVML_LIVE_FILE, when set and readable (a file being replaced is
  * skipped this time, keeping the state of the last read). */
 static void live_apply_locked(void) {
@@ -317,6 +374,9 @@ static void live_apply_locked(void) {
         }
     }
     fclose(f);
+    for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+        account_locked(&g_devices[i]);
+    }
 }
 
 /* Takes the lock and makes sure the defaults are in place. */
@@ -611,6 +671,19 @@ static void apply_env_locked(void) {
         g_devices[0].compute[0].pid = (unsigned int)getpid();
         g_devices[0].compute[0].used = x * FAKE_MIB;
         g_devices[0].compute_count = 1;
+        account_locked(&g_devices[0]);
+    }
+    s = getenv("FAKE_NVML_ACCOUNTING");
+    if (s != NULL && strcmp(s, "1") == 0) {
+        for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+            g_devices[i].accounting = 1;
+        }
+    }
+    if (env_ull("FAKE_NVML_ACCOUNTED_PEAK_MIB", &x)) {
+        fake_process *p = accounted_locked(&g_devices[0], (unsigned int)getpid());
+        if (p != NULL && x * FAKE_MIB > p->used) {
+            p->used = x * FAKE_MIB;
+        }
     }
     s = getenv("FAKE_NVML_FOLLOW_RSS");
     if (s != NULL && strcmp(s, "1") == 0) {
@@ -987,6 +1060,55 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvml
     return rc;
 }
 
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, int *mode) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetAccountingMode, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (mode == NULL) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        *mode = d->accounting; /* NVML_FEATURE_ENABLED is 1, DISABLED 0 */
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid,
+                                                      nvmlAccountingStats_t *stats) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetAccountingStats, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    fake_process *found = NULL;
+    for (unsigned int i = 0; i < d->accounted_count; i++) {
+        if (d->accounted[i].pid == pid) {
+            found = &d->accounted[i];
+        }
+    }
+    if (stats == NULL) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else if (!d->accounting) {
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    } else if (found == NULL) {
+        rc = NVML_ERROR_NOT_FOUND;
+    } else {
+        memset(stats, 0, sizeof(*stats));
+        stats->gpuUtilization = d->util_gpu;
+        stats->memoryUtilization = d->util_memory;
+        stats->maxMemoryUsage = found->used;
+        for (unsigned int i = 0; i < d->compute_count; i++) {
+            if (d->compute[i].pid == pid) {
+                stats->isRunning = 1;
+            }
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
 #ifndef FAKE_NVML_NO_PROCESS_QUERIES
 /*
  * The NVML sizing protocol: when *infoCount is smaller than the number of
@@ -1127,9 +1249,36 @@ static int set_process_list(unsigned int dev, const unsigned int *pids, const un
         g_devices[dev].graphics_count = count;
     } else {
         g_devices[dev].compute_count = count;
+        account_locked(&g_devices[dev]);
     }
     unlock_state();
     return 0;
+}
+
+/* Turns per-process accounting of dev on (1) or off (0). */
+FAKE_EXPORT int fake_nvml_set_accounting(unsigned int dev, int enabled) {
+    if (dev >= FAKE_MAX_DEVICES) {
+        return -1;
+    }
+    lock_control();
+    g_devices[dev].accounting = enabled != 0;
+    unlock_state();
+    return 0;
+}
+
+/* Sets the peak the driver's accounting reports for pid on dev, as a driver
+ * that saw an allocation between two process lists would. */
+FAKE_EXPORT int fake_nvml_set_accounted_peak(unsigned int dev, unsigned int pid, unsigned long long bytes) {
+    if (dev >= FAKE_MAX_DEVICES) {
+        return -1;
+    }
+    lock_control();
+    fake_process *p = accounted_locked(&g_devices[dev], pid);
+    if (p != NULL) {
+        p->used = bytes;
+    }
+    unlock_state();
+    return p != NULL ? 0 : -1;
 }
 
 /* Compute processes of a device (count 0 clears). used[i] = ~0ull reads as
@@ -1262,4 +1411,357 @@ FAKE_EXPORT unsigned long long fake_nvml_current_used(unsigned int dev) {
     unsigned long long used = used_now_locked(&g_devices[dev]);
     unlock_state();
     return used;
+}
+
+/* ---- CUDA driver API: the fake libcuda ----
+ *
+ * The same library answers the CUDA driver calls gpuspan selftest makes, so a
+ * link named libcuda.so.1 next to libnvidia-ml.so.1 is one library with one
+ * state: a context or an allocation raises the device's used memory and this
+ * process's entry in its compute process list, as on a real GPU, and freeing
+ * lowers them again. Allocations are rounded up to 2 MiB, as the driver's are.
+ *
+ *      FAKE_CUDA_CONTEXT_MIB   what a primary context takes (default 500)
+ *      FAKE_CUDA_FAIL_ALLOC    1: every allocation fails with out of memory
+ */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_INVALID_DEVICE 101
+#define CUDA_ERROR_INVALID_CONTEXT 201
+
+#define FAKE_CUDA_GRANULARITY (2ull * FAKE_MIB)
+#define FAKE_CUDA_MAX_ALLOCATIONS 1024u
+
+typedef struct fake_allocation {
+    CUdeviceptr ptr;
+    unsigned int dev;
+    unsigned long long bytes;
+} fake_allocation;
+
+static int g_cuda_initialized;
+static unsigned int g_cuda_contexts[FAKE_MAX_DEVICES]; /* primary context retains */
+static fake_allocation g_allocations[FAKE_CUDA_MAX_ALLOCATIONS];
+static CUdeviceptr g_next_ptr = 0x700000000000ull;
+static __thread int g_cuda_current = -1;
+
+static unsigned long long cuda_context_bytes(void) {
+    unsigned long long mib = 500;
+    env_ull("FAKE_CUDA_CONTEXT_MIB", &mib);
+    return mib * FAKE_MIB;
+}
+
+/* Adds (or takes away) bytes held by this process on dev: the device's used
+ * memory and the process's compute entry, which appears with its first byte. */
+static void hold_locked(unsigned int dev, unsigned long long bytes, int add) {
+    struct nvmlDevice_st *d = &g_devices[dev];
+    unsigned int pid = (unsigned int)getpid();
+    fake_process *mine = NULL;
+    for (unsigned int i = 0; i < d->compute_count; i++) {
+        if (d->compute[i].pid == pid) {
+            mine = &d->compute[i];
+        }
+    }
+    if (mine == NULL && add && d->compute_count < FAKE_MAX_PROCESSES) {
+        mine = &d->compute[d->compute_count++];
+        mine->pid = pid;
+        mine->used = 0;
+    }
+    if (add) {
+        d->used += bytes;
+        if (mine != NULL) {
+            mine->used += bytes;
+        }
+    } else {
+        d->used = d->used > bytes ? d->used - bytes : 0;
+        if (mine != NULL) {
+            mine->used = mine->used > bytes ? mine->used - bytes : 0;
+        }
+    }
+    account_locked(d);
+}
+
+static CUresult cuda_enter_locked(void) {
+    if (!g_env_applied && !g_controlled) {
+        apply_env_locked();
+    }
+    return g_cuda_initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+FAKE_EXPORT CUresult cuInit(unsigned int flags) {
+    (void)flags;
+    lock_state();
+    if (!g_env_applied && !g_controlled) {
+        apply_env_locked();
+    }
+    g_cuda_initialized = 1;
+    unlock_state();
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDriverGetVersion(int *version) {
+    if (version == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *version = FAKE_CUDA_DRIVER_VERSION;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetCount(int *count) {
+    lock_state();
+    CUresult rc = cuda_enter_locked();
+    if (rc == CUDA_SUCCESS) {
+        if (count == NULL) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+        } else {
+            *count = (int)g_device_count;
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    lock_state();
+    CUresult rc = cuda_enter_locked();
+    if (rc == CUDA_SUCCESS) {
+        if (device == NULL) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+        } else if (ordinal < 0 || (unsigned int)ordinal >= g_device_count) {
+            rc = CUDA_ERROR_INVALID_DEVICE;
+        } else {
+            *device = ordinal;
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+static CUresult cuda_device_locked(CUdevice dev) {
+    CUresult rc = cuda_enter_locked();
+    if (rc == CUDA_SUCCESS && (dev < 0 || (unsigned int)dev >= g_device_count)) {
+        rc = CUDA_ERROR_INVALID_DEVICE;
+    }
+    return rc;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetName(char *name, int length, CUdevice dev) {
+    lock_state();
+    CUresult rc = cuda_device_locked(dev);
+    if (rc == CUDA_SUCCESS) {
+        if (name == NULL || length <= 0) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+        } else {
+            copy_str(name, (size_t)length, g_devices[dev].name);
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+/* The 16 bytes NVML's "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" spells in hex. */
+FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
+    lock_state();
+    CUresult rc = cuda_device_locked(dev);
+    if (rc == CUDA_SUCCESS && uuid == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        const char *hex = g_devices[dev].uuid + 4;
+        unsigned int n = 0;
+        memset(uuid->bytes, 0, sizeof(uuid->bytes));
+        while (*hex != '\0' && n < 32) {
+            char c = *hex++;
+            int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (v < 0) {
+                continue;
+            }
+            uuid->bytes[n / 2] = (char)(uuid->bytes[n / 2] | (v << (n % 2 == 0 ? 4 : 0)));
+            n++;
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+    return cuDeviceGetUuid(uuid, dev);
+}
+
+FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    lock_state();
+    CUresult rc = cuda_device_locked(dev);
+    if (rc == CUDA_SUCCESS) {
+        if (bytes == NULL) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+        } else {
+            *bytes = (size_t)g_devices[dev].total;
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+    lock_state();
+    CUresult rc = cuda_device_locked(dev);
+    if (rc == CUDA_SUCCESS && ctx == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        if (g_cuda_contexts[dev]++ == 0) {
+            hold_locked((unsigned int)dev, cuda_context_bytes(), 1);
+        }
+        *ctx = (CUcontext)&g_cuda_contexts[dev];
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    lock_state();
+    CUresult rc = cuda_device_locked(dev);
+    if (rc == CUDA_SUCCESS && g_cuda_contexts[dev] == 0) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (rc == CUDA_SUCCESS && --g_cuda_contexts[dev] == 0) {
+        hold_locked((unsigned int)dev, cuda_context_bytes(), 0);
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+    lock_state();
+    CUresult rc = cuda_enter_locked();
+    if (rc == CUDA_SUCCESS) {
+        if (ctx == NULL) {
+            g_cuda_current = -1;
+        } else {
+            unsigned int *retains = (unsigned int *)ctx;
+            if (retains < g_cuda_contexts || retains >= g_cuda_contexts + FAKE_MAX_DEVICES || *retains == 0) {
+                rc = CUDA_ERROR_INVALID_CONTEXT;
+            } else {
+                g_cuda_current = (int)(retains - g_cuda_contexts);
+            }
+        }
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+    lock_state();
+    CUresult rc = cuda_enter_locked();
+    if (rc == CUDA_SUCCESS && (ptr == NULL || bytes == 0)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS && g_cuda_current < 0) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    }
+    const char *fail = getenv("FAKE_CUDA_FAIL_ALLOC");
+    unsigned long long rounded =
+        ((unsigned long long)bytes + FAKE_CUDA_GRANULARITY - 1) / FAKE_CUDA_GRANULARITY * FAKE_CUDA_GRANULARITY;
+    if (rc == CUDA_SUCCESS) {
+        struct nvmlDevice_st *d = &g_devices[g_cuda_current];
+        if ((fail != NULL && strcmp(fail, "1") == 0) || d->used + rounded > d->total) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    fake_allocation *slot = NULL;
+    for (unsigned int i = 0; rc == CUDA_SUCCESS && i < FAKE_CUDA_MAX_ALLOCATIONS && slot == NULL; i++) {
+        if (g_allocations[i].ptr == 0) {
+            slot = &g_allocations[i];
+        }
+    }
+    if (rc == CUDA_SUCCESS && slot == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc == CUDA_SUCCESS) {
+        slot->ptr = g_next_ptr;
+        slot->dev = (unsigned int)g_cuda_current;
+        slot->bytes = rounded;
+        g_next_ptr += rounded;
+        hold_locked(slot->dev, rounded, 1);
+        *ptr = slot->ptr;
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
+    lock_state();
+    CUresult rc = cuda_enter_locked();
+    fake_allocation *slot = NULL;
+    for (unsigned int i = 0; rc == CUDA_SUCCESS && i < FAKE_CUDA_MAX_ALLOCATIONS; i++) {
+        if (g_allocations[i].ptr == ptr && ptr != 0) {
+            slot = &g_allocations[i];
+        }
+    }
+    if (rc == CUDA_SUCCESS && slot == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        hold_locked(slot->dev, slot->bytes, 0);
+        memset(slot, 0, sizeof(*slot));
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    lock_state();
+    CUresult rc = cuda_enter_locked();
+    if (rc == CUDA_SUCCESS && g_cuda_current < 0) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (rc == CUDA_SUCCESS && (free_bytes == NULL || total_bytes == NULL)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS) {
+        struct nvmlDevice_st *d = &g_devices[g_cuda_current];
+        unsigned long long used = used_now_locked(d);
+        *total_bytes = (size_t)d->total;
+        *free_bytes = (size_t)(d->total > used ? d->total - used : 0);
+    }
+    unlock_state();
+    return rc;
+}
+
+static const char *cuda_error_text(CUresult error, int name) {
+    switch (error) {
+    case CUDA_SUCCESS: return name ? "CUDA_SUCCESS" : "no error";
+    case CUDA_ERROR_INVALID_VALUE: return name ? "CUDA_ERROR_INVALID_VALUE" : "invalid argument";
+    case CUDA_ERROR_OUT_OF_MEMORY: return name ? "CUDA_ERROR_OUT_OF_MEMORY" : "out of memory";
+    case CUDA_ERROR_NOT_INITIALIZED: return name ? "CUDA_ERROR_NOT_INITIALIZED" : "initialization error";
+    case CUDA_ERROR_INVALID_DEVICE: return name ? "CUDA_ERROR_INVALID_DEVICE" : "invalid device ordinal";
+    case CUDA_ERROR_INVALID_CONTEXT: return name ? "CUDA_ERROR_INVALID_CONTEXT" : "invalid device context";
+    default: return NULL;
+    }
+}
+
+FAKE_EXPORT CUresult cuGetErrorString(CUresult error, const char **text) {
+    if (text == NULL || cuda_error_text(error, 0) == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *text = cuda_error_text(error, 0);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGetErrorName(CUresult error, const char **text) {
+    if (text == NULL || cuda_error_text(error, 1) == NULL) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *text = cuda_error_text(error, 1);
+    return CUDA_SUCCESS;
 }

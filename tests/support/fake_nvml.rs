@@ -208,6 +208,32 @@ impl FakeNvml {
         self.set_process_list("fake_nvml_set_graphics_processes", dev, processes);
     }
 
+    /// Turns per-process accounting of `dev` on or off (off by default, as on most
+    /// machines).
+    pub fn set_accounting(&self, dev: u32, enabled: bool) {
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_int) -> c_int>("fake_nvml_set_accounting")(
+                dev,
+                c_int::from(enabled),
+            )
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev}");
+    }
+
+    /// The peak the driver's accounting reports for `pid` on `dev`, as a driver that saw
+    /// an allocation between two process lists would.
+    pub fn set_accounted_peak(&self, dev: u32, pid: u32, bytes: u64) {
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_uint, c_ulonglong) -> c_int>(
+                "fake_nvml_set_accounted_peak",
+            )(dev, pid, bytes)
+        };
+        assert_eq!(
+            rc, 0,
+            "fake NVML: bad device {dev} or a full accounting table"
+        );
+    }
+
     fn set_process_list(&self, function: &str, dev: u32, processes: &[(u32, u64)]) {
         let pids: Vec<c_uint> = processes.iter().map(|p| p.0).collect();
         let used: Vec<c_ulonglong> = processes.iter().map(|p| p.1).collect();

@@ -1,0 +1,145 @@
+//! `gpuspan selftest` against the fake driver pair: the fake `libnvidia-ml` answering as
+//! `libcuda` too, so a CUDA allocation raises the memory NVML reports, as on a GPU. The
+//! command allocates on each device, and the spans read back must show the held allocation
+//! and a two-interval spike in their peaks and this process's figures; a device whose
+//! memory never moves fails the check, and a machine without the CUDA driver is told so.
+#![cfg(feature = "cli")]
+
+use gpuspan_test_support as support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use support::fake_nvml::FakeNvml;
+
+/// `gpuspan selftest` with `args`, the fake as NVML and, through `lib_dir`, as libcuda.
+fn selftest(fake: &FakeNvml, lib_dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gpuspan"));
+    command.arg("selftest").args(args);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("GPUSPAN_")
+            || key.starts_with("FAKE_")
+            || key.starts_with("OTEL_")
+            || key == "CUDA_VISIBLE_DEVICES"
+        {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("GPUSPAN_NVML_LIB", fake.path())
+        .env("LD_LIBRARY_PATH", lib_dir)
+        .envs(envs.iter().copied());
+    command.output().expect("gpuspan runs")
+}
+
+/// A directory where `libcuda.so` is the fake: the same file, so one state.
+fn cuda_dir(fake: &FakeNvml) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(fake.path(), dir.path().join("libcuda.so")).unwrap();
+    dir
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The table's lines, their runs of spaces folded to one.
+fn lines(table: &str) -> Vec<String> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn every_allocation_is_in_the_held_and_spike_peaks_and_this_process_figures() {
+    let fake = FakeNvml::build();
+    let dir = cuda_dir(&fake);
+    let out = selftest(
+        &fake,
+        dir.path(),
+        &["--mib", "300"],
+        &[("FAKE_NVML_DEVICES", "2"), ("FAKE_CUDA_CONTEXT_MIB", "480")],
+    );
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
+    assert!(
+        table.starts_with(
+            "gpuspan selftest: 2 of 2 device(s) reached through CUDA, 300 MiB allocated on \
+             each, sampling every 5ms\n"
+        ),
+        "{table}"
+    );
+    // 300 MiB is 150 pages of 2 MiB: the driver's figures rise by exactly that, in the
+    // held span, the spike's span and this process's list.
+    let lines = lines(&table);
+    assert_eq!(
+        lines[1],
+        "gpu name context allocated held rise spike rise process rise result"
+    );
+    for gpu in [0, 1] {
+        assert_eq!(
+            lines[2 + gpu],
+            format!("{gpu} NVIDIA H200 (fake) 480 MiB 300 MiB 300 MiB 300 MiB 300 MiB ok"),
+            "{table}"
+        );
+    }
+    assert!(table.contains("NVML: a memory read takes "), "{table}");
+    assert!(table.contains("the sampler kept "), "{table}");
+}
+
+#[test]
+fn a_device_whose_memory_never_moves_fails_the_check() {
+    let fake = FakeNvml::build();
+    let dir = cuda_dir(&fake);
+    // Device 0's used memory follows a timeline that never changes, whatever is allocated.
+    let timeline = dir.path().join("flat.txt");
+    std::fs::write(&timeline, "0 0 1073741824\n").unwrap();
+    let out = selftest(
+        &fake,
+        dir.path(),
+        &["--mib", "64"],
+        &[("FAKE_NVML_TIMELINE", timeline.to_str().unwrap())],
+    );
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{table}{}", text(&out.stderr));
+    assert!(
+        table.contains(
+            "FAILED: the held peak missed the allocation; the spike peak missed the allocation"
+        ),
+        "{table}"
+    );
+}
+
+#[test]
+fn an_allocation_the_driver_refuses_fails_with_its_error() {
+    let fake = FakeNvml::build();
+    let dir = cuda_dir(&fake);
+    let out = selftest(
+        &fake,
+        dir.path(),
+        &["--mib", "64"],
+        &[("FAKE_CUDA_FAIL_ALLOC", "1")],
+    );
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{table}{}", text(&out.stderr));
+    assert!(
+        table.contains("FAILED: could not allocate 64 MiB: DriverError(CUDA_ERROR_OUT_OF_MEMORY"),
+        "{table}"
+    );
+}
+
+#[test]
+fn without_the_cuda_driver_it_says_so_and_exits_2() {
+    let fake = FakeNvml::build();
+    let empty = tempfile::tempdir().unwrap();
+    let out = selftest(&fake, empty.path(), &[], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    assert_eq!(
+        text(&out.stderr),
+        "gpuspan selftest: the CUDA driver library (libcuda.so) could not be loaded: this \
+         machine has no NVIDIA driver, or its library is not on the loader's path \
+         (LD_LIBRARY_PATH)\n"
+    );
+}
