@@ -97,6 +97,11 @@ fn check(run: &Run) {
         let want = [start, peak, end, end - start, p_start, p_peak, p_end].map(Some);
         assert_eq!(got, want, "step {step}: {span:#?}\n{}", run.stderr);
         assert_eq!(span.int_attr("gpu.memory.resolution"), Some(10_000_000));
+        // The instant fake's lists are cheap, so they run at every tick.
+        assert_eq!(
+            span.int_attr("gpu.process.memory.resolution"),
+            Some(10_000_000)
+        );
         assert_eq!(span.str_attr("gpu.memory.source"), Some("nvml"));
         assert!(
             span.int_attr("gpu.memory.samples").unwrap() >= 5,
@@ -125,6 +130,11 @@ fn check(run: &Run) {
     assert_eq!(
         mib(run_span, "gpu.process.memory.peak"),
         Some(7300),
+        "{run_span:#?}"
+    );
+    assert_eq!(
+        run_span.int_attr("gpu.process.memory.resolution"),
+        Some(10_000_000),
         "{run_span:#?}"
     );
     assert_eq!(mib(run_span, "gpu.memory.peak"), Some(8000));

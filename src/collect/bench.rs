@@ -34,6 +34,7 @@ impl Timeline {
             devices: used,
             totals: &[],
             process_gpu: None,
+            process_resolution_ns: None,
             host_rss: None,
             allocated: None,
             reserved: None,

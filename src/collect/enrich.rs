@@ -130,6 +130,12 @@ impl Enricher {
         counts.enriched += 1;
         // The figures the macros would have measured, from the timeline's window.
         let n = timelines.device_indexes.len();
+        let process = pid.and_then(|pid| timelines.process_window(pid, start, end));
+        // The process lists may run slower than the ticks that record them.
+        let process_resolution = process.as_ref().map(|window| {
+            let lists = timelines.process_resolution_ns().unwrap_or(0);
+            window.resolution_ns.max(lists)
+        });
         let figures = SpanFigures {
             gpu: triple(&window, n),
             devices: if n > 1 {
@@ -137,12 +143,13 @@ impl Enricher {
             } else {
                 Vec::new()
             },
-            process_gpu: pid
-                .and_then(|pid| timelines.process_window(pid, start, end))
-                .map(|process| triple(&process, 0))
+            process_gpu: process
+                .as_ref()
+                .map(|process| triple(process, 0))
                 .unwrap_or_default(),
             samples: window.samples,
             resolution_ns: Some(window.resolution_ns),
+            process_resolution_ns: process_resolution,
             ..SpanFigures::default()
         };
         let out = &mut span.attributes;

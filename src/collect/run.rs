@@ -135,6 +135,13 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
                 attributes.push(int(key, i64::try_from(v).unwrap_or(i64::MAX)));
             }
         }
+        if tree.start.or(tree.peak).or(tree.end).is_some() {
+            // Read at every tick, from lists that may run on a slower cadence.
+            let tick = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+            let lists = collector.timelines().process_resolution_ns().unwrap_or(0);
+            let resolution = i64::try_from(tick.max(lists)).unwrap_or(i64::MAX);
+            attributes.push(int(attr::GPU_PROCESS_MEMORY_RESOLUTION, resolution));
+        }
         debug_assert_eq!(tree.root(), pid);
     }
     let mut span = Span {

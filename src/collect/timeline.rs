@@ -2,6 +2,7 @@
 //! fed by the sampler's ticks and queried by span windows.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +24,8 @@ pub(crate) struct Timelines {
     pub(crate) interval: Duration,
     devices: Mutex<TimelineStore>,
     processes: Mutex<HashMap<u32, Followed>>,
+    /// The widest the process lists' cadence has been so far, in ns (0: not known).
+    process_resolution_ns: AtomicU64,
     tree: Mutex<Option<TreeMemory>>,
 }
 
@@ -54,6 +57,7 @@ impl Timelines {
             device_indexes,
             interval,
             processes: Mutex::new(HashMap::new()),
+            process_resolution_ns: AtomicU64::new(0),
             tree: Mutex::new(None),
         }
     }
@@ -73,6 +77,12 @@ impl Timelines {
         lock(&self.processes)
             .get(&pid)
             .and_then(|f| f.store.window(start, end))
+    }
+
+    /// How often the process figures were read, at the coarsest so far: a process's
+    /// window is no finer than that, whatever the ticks' resolution.
+    pub(crate) fn process_resolution_ns(&self) -> Option<u64> {
+        Some(self.process_resolution_ns.load(Ordering::Relaxed)).filter(|&ns| ns > 0)
     }
 
     /// From the next tick on, sums the memory of `root` and its descendants.
@@ -107,6 +117,9 @@ impl Timelines {
         values.push(sum);
         lock(&self.devices).push(tick.unix_nanos, &values);
 
+        if let Some(ns) = tick.process_resolution_ns {
+            self.process_resolution_ns.fetch_max(ns, Ordering::Relaxed);
+        }
         let Some(table) = processes else { return };
         let list = lock(table);
         let mut followed = lock(&self.processes);

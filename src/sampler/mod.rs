@@ -355,6 +355,7 @@ impl Ticker {
             devices: &self.tick_used,
             totals: &self.tick_totals,
             process_gpu: present(self.figures[figure::PROCESS_GPU]),
+            process_resolution_ns: present(self.figures[figure::PROCESS_RESOLUTION]),
             host_rss: present(self.figures[figure::HOST_RSS]),
             allocated: shared.latest(figure::ALLOCATED),
             reserved: shared.latest(figure::RESERVED),

@@ -29,6 +29,9 @@ pub(crate) struct Tick<'a> {
     pub(crate) totals: &'a [Option<u64>],
     /// This process's GPU memory summed over the devices, where the driver reports it.
     pub(crate) process_gpu: Option<u64>,
+    /// How often, in ns, the process lists behind the process figures are read (they run
+    /// on a cadence of their own, slower than the ticks on a real driver).
+    pub(crate) process_resolution_ns: Option<u64>,
     /// Host resident memory of this process.
     pub(crate) host_rss: Option<u64>,
     /// The allocator counters last pushed by framework code.

@@ -161,6 +161,7 @@ mod tests {
                 devices: &used,
                 totals: &totals,
                 process_gpu: None,
+                process_resolution_ns: None,
                 host_rss: Some(5000),
                 allocated: None,
                 reserved: None,

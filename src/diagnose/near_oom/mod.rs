@@ -408,6 +408,7 @@ mod tests {
                 devices: &used,
                 totals: &totals,
                 process_gpu: None,
+                process_resolution_ns: None,
                 host_rss: None,
                 allocated: None,
                 reserved: None,
