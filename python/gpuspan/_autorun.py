@@ -22,7 +22,7 @@ import sys
 
 import gpuspan
 
-from . import _claim, _frameworks
+from . import _claim, _frameworks, _spans
 from . import torch as _torch_figures
 
 _steps = None
@@ -177,7 +177,7 @@ class _OptimizerSteps:
             self._phases.end(error)
         span, self._span, self._active = self._span, None, None
         if span is not None:
-            _frameworks.end_span(span, error)
+            _spans.end_span(span, error)
 
     def _abandon(self):
         if self._phases is not None:

@@ -10,6 +10,7 @@ import sys
 
 import gpuspan
 
+from ._spans import end_span
 from .torch import is_out_of_memory
 
 # Marks a framework method that gpuspan has wrapped, and keeps the original.
@@ -57,14 +58,6 @@ class OpenSpans:
                 end_span(span, error)
             except Exception as failure:  # noqa: BLE001 - the others must still end
                 warn(f"could not end span {span!r}: {failure}")
-
-
-def end_span(span, error=None):
-    """Ends an entered :class:`gpuspan.Span`; ``error``, an exception, marks it failed."""
-    if error is None:
-        span.__exit__(None, None, None)
-    else:
-        span.__exit__(type(error), error, error.__traceback__)
 
 
 def record_if_oom(error):

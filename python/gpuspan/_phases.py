@@ -12,7 +12,7 @@ from threading import get_ident
 
 import gpuspan
 
-from ._frameworks import end_span
+from ._spans import end_span
 from ._native import names
 
 FORWARD, BACKWARD, OPTIMIZER = names.FORWARD, names.BACKWARD, names.OPTIMIZER
