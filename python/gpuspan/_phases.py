@@ -12,8 +12,8 @@ from threading import get_ident
 
 import gpuspan
 
-from ._spans import end_span
 from ._native import names
+from ._spans import end_span
 
 FORWARD, BACKWARD, OPTIMIZER = names.FORWARD, names.BACKWARD, names.OPTIMIZER
 
