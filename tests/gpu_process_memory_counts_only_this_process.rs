@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use support::fake_nvml::{code, FakeNvml, MIB, NO_PROCESS_QUERIES};
 use support::receiver::{ReceivedSpan, Receiver};
-use support::sampling::{self, triple, wait_for_ticks};
+use support::sampling::{self, triple, wait_for_lists};
 use support::setup;
 
 const GIB: u64 = 1024 * MIB;
@@ -20,22 +20,32 @@ const OTHER: u32 = 1;
 
 /// Runs one step on `fake` with both devices in scope, doing `during` while it is open,
 /// and returns the span.
-fn one_step(fake: &FakeNvml, during: impl FnOnce()) -> ReceivedSpan {
+fn one_step(fake: &FakeNvml, during: impl FnOnce(&dyn Fn())) -> ReceivedSpan {
     step_on(fake, "0,1", 2, during)
 }
 
-/// Runs one step on `fake` with `devices` (`in_scope` of them) in scope.
-fn step_on(fake: &FakeNvml, devices: &str, in_scope: u64, during: impl FnOnce()) -> ReceivedSpan {
+/// Runs one step on `fake` with `devices` (`in_scope` of them) in scope. `during` gets a
+/// function that waits until every device has been read and listed afresh: the process
+/// lists run on a cadence of their own, slower than the ticks on a real driver.
+fn step_on(
+    fake: &FakeNvml,
+    devices: &str,
+    in_scope: u64,
+    during: impl FnOnce(&dyn Fn()),
+) -> ReceivedSpan {
     let receiver = Receiver::start_grpc();
     let builder = setup::to_receiver(&receiver)
         .nvml_lib(fake.path())
         .devices(devices)
         .sample_interval(Duration::from_millis(2));
-    let (telemetry, ()) = sampling::run(builder, |_| {
+    let (telemetry, ()) = sampling::run(builder, |telemetry| {
+        let fresh = || wait_for_lists(telemetry, fake, in_scope, 1);
+        // The step starts from figures of lists of every device.
+        fresh();
         let _step = gpuspan::step_span!(0);
-        wait_for_ticks(fake, in_scope, 2);
-        during();
-        wait_for_ticks(fake, in_scope, 2);
+        fresh();
+        during(&fresh);
+        fresh();
     });
     telemetry.shutdown().expect("clean shutdown");
     let mut steps = receiver.spans_named("step");
@@ -76,10 +86,10 @@ fn this_process_entries_are_summed_and_others_ignored() {
     let at_rest = mine_0[0] + mine_0[1] + 200 * MIB + 7;
     let grown = 900 * MIB + 5;
 
-    let step = one_step(&fake, || {
+    let step = one_step(&fake, |fresh| {
         // This process grows on device 0, then shrinks back, while the step is open.
         fake.set_processes(0, &[(me, grown), (OTHER, 4 * GIB), (me, mine_0[1])]);
-        wait_for_ticks(&fake, 2, 2);
+        fresh();
         fake.set_processes(0, &[(me, mine_0[0]), (OTHER, 4 * GIB), (me, mine_0[1])]);
     });
 
@@ -101,7 +111,7 @@ fn a_process_with_no_entries_holds_zero() {
     let fake = FakeNvml::build();
     two_devices(&fake);
     fake.set_processes(0, &[(OTHER, 4 * GIB)]);
-    let step = one_step(&fake, || {});
+    let step = one_step(&fake, |_| {});
     assert_eq!(triple(&step, "gpu.process.memory"), Some((0, 0, 0)));
 }
 
@@ -111,7 +121,7 @@ fn absent_when_the_driver_does_not_support_process_queries() {
     two_devices(&fake);
     fake.set_processes(0, &[(std::process::id(), 300 * MIB)]);
     fake.set_error(PROCESS_QUERY, None, code::NOT_SUPPORTED);
-    let step = one_step(&fake, || {});
+    let step = one_step(&fake, |_| {});
     assert_no_process_memory(&step, 9 * GIB);
     // A driver that said "not supported" is not asked again at every tick.
     assert_eq!(fake.call_count(PROCESS_QUERY), 2, "one question per device");
@@ -121,7 +131,7 @@ fn absent_when_the_driver_does_not_support_process_queries() {
 fn absent_when_the_driver_lacks_the_process_query_symbols() {
     let fake = FakeNvml::build_variant(&[NO_PROCESS_QUERIES]);
     two_devices(&fake);
-    let step = one_step(&fake, || {});
+    let step = one_step(&fake, |_| {});
     assert_no_process_memory(&step, 9 * GIB);
 }
 
@@ -131,7 +141,7 @@ fn absent_when_the_driver_cannot_say_how_much_this_process_holds() {
     two_devices(&fake);
     // u64::MAX: NVML's "not available" (as under some virtualised or MIG setups).
     fake.set_processes(0, &[(std::process::id(), u64::MAX), (OTHER, GIB)]);
-    let step = step_on(&fake, "0", 1, || {});
+    let step = step_on(&fake, "0", 1, |_| {});
     assert_no_process_memory(&step, 6 * GIB);
 }
 
@@ -141,6 +151,6 @@ fn absent_when_one_of_several_devices_cannot_say_how_much_this_process_holds() {
     two_devices(&fake);
     fake.set_processes(0, &[(std::process::id(), u64::MAX), (OTHER, GIB)]);
     fake.set_processes(1, &[(std::process::id(), 200 * MIB)]);
-    let step = one_step(&fake, || {});
+    let step = one_step(&fake, |_| {});
     assert_no_process_memory(&step, 9 * GIB);
 }

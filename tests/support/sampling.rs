@@ -48,6 +48,26 @@ pub fn wait_for_ticks(fake: &FakeNvml, devices: u64, ticks: u64) {
     }
 }
 
+/// Waits until `telemetry`'s sampler, listing `devices` devices' processes, has listed every
+/// device `lists` more times after this call, then for the ticks that publish the last
+/// list. Process lists run on a cadence of their own: at every tick while the driver
+/// answers at once, a few times a second when a list costs what a real driver's does.
+pub fn wait_for_lists(telemetry: &Telemetry, fake: &FakeNvml, devices: u64, lists: u64) {
+    let taken = || telemetry.sampler_stats().map_or(0, |s| s.process_lists);
+    // The list under way may have begun before this call.
+    let target = taken() + (lists + 1) * devices;
+    let deadline = Instant::now() + PATIENCE;
+    while taken() < target {
+        assert!(
+            Instant::now() < deadline,
+            "the sampler stopped listing processes ({} of {target} lists)",
+            taken()
+        );
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    wait_for_ticks(fake, devices, 1);
+}
+
 /// Runs `f` with `telemetry`'s layer as this thread's subscriber, as `setup::run` does for a
 /// builder, for telemetry that had to be built elsewhere (inside an environment override).
 pub fn run_built<R>(telemetry: Telemetry, f: impl FnOnce(&Telemetry) -> R) -> (Telemetry, R) {
