@@ -43,7 +43,7 @@ enum Command {
     #[cfg(feature = "nvml")]
     Selftest {
         /// MiB to allocate on each device (at most half of its free memory).
-        #[arg(long, default_value_t = 1024)]
+        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
         mib: u64,
         /// The sampling interval to test, such as 5ms.
         #[arg(long, default_value = "5ms", value_parser = parse_sample_interval)]
@@ -415,6 +415,8 @@ fn watch(every: Duration, count: Option<u64>) -> Result<(), CommandError> {
 #[cfg(feature = "nvml")]
 fn selftest(mib: u64, interval: Duration) -> u8 {
     let scratch = std::env::temp_dir().join(format!("gpuspan-selftest-{}", std::process::id()));
+    // A run of an earlier process with the same id would be read back with this one.
+    let _ = std::fs::remove_dir_all(&scratch);
     let options = crate::selftest::Options {
         bytes: mib.saturating_mul(1 << 20),
         interval,
