@@ -366,14 +366,20 @@ fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), CommandError>
         }
         return Ok(());
     }
-    for run in runs {
-        let summary = runlog::read_run(&run)?;
+    let mut job = runlog::ranks::JobTable::default();
+    for run in &runs {
+        let name = run.file_name().map(|n| n.to_string_lossy().into_owned());
+        job.add_rank(name.as_deref().unwrap_or("?"));
+        let (summary, _) = runlog::read_run_and(run, |record| job.add_span(&record))?;
         println!("{}", run.display());
         print!("{}", summary.render());
         // A note beside the table (stderr), not a row of it.
-        if let Some(line) = runlog::sampler::trust_line(&run) {
+        if let Some(line) = runlog::sampler::trust_line(run) {
             eprintln!("{line}");
         }
+    }
+    if let Some(table) = job.render() {
+        print!("{table}");
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The embedded default: a local run directory (`gpuspan-runs/<run-id>/`) holding
 //! `traces.jsonl` and `metrics.jsonl` in OTLP/JSON, and the per-epoch summary drawn from it.
 
+pub mod ranks;
 pub mod sampler;
 mod summary;
 

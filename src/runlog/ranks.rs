@@ -1,0 +1,296 @@
+//! A job of several ranks read together (`gpuspan report` on a job's directory): per epoch,
+//! the rank with the highest peak, the skew between the ranks' peaks and the slowest rank;
+//! over the step indexes every rank ran, the widest skew and the ranks most often worst
+//! and slowest. One rank holding more than the others, or waiting on them, shows here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use crate::record::{Role, SpanRecord};
+use crate::util::bytes::human;
+
+/// One rank's figures of one epoch or step: its peak device memory and its wall time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Figures {
+    peak: Option<i64>,
+    seconds: f64,
+}
+
+/// A step by its epoch (when its parent span is one: a loop that counts steps from 0 in
+/// every epoch) and its `ml.step`.
+type StepKey = (Option<i64>, i64);
+
+/// One rank's run.
+#[derive(Debug, Default)]
+struct Rank {
+    name: String,
+    epochs: BTreeMap<i64, Figures>,
+    /// The epochs' span ids, to place the steps.
+    epoch_spans: HashMap<[u8; 8], i64>,
+    /// Steps as read: their parent span, `ml.step`, figures.
+    steps: Vec<(Option<[u8; 8]>, i64, Figures)>,
+}
+
+impl Rank {
+    fn steps(&self) -> BTreeMap<StepKey, Figures> {
+        self.steps
+            .iter()
+            .map(|&(parent, step, figures)| {
+                let epoch = parent.and_then(|id| self.epoch_spans.get(&id).copied());
+                ((epoch, step), figures)
+            })
+            .collect()
+    }
+}
+
+/// The ranks of a job, added one run directory at a time.
+#[derive(Debug, Default)]
+pub struct JobTable {
+    ranks: Vec<Rank>,
+}
+
+/// The ranks' figures of one epoch or step index.
+struct Across {
+    /// `(rank name, peak)` of the highest peak.
+    worst: Option<(String, i64)>,
+    lowest: Option<i64>,
+    /// (max - min) / max of the peaks, with two peaks or more.
+    skew: Option<f64>,
+    /// `(rank name, seconds)` of the longest.
+    slowest: (String, f64),
+}
+
+impl JobTable {
+    /// Starts the rank called `name` (its directory's `rank-<r>`, or the directory's name):
+    /// the spans added next are its.
+    pub fn add_rank(&mut self, name: &str) {
+        let name = name.strip_prefix("rank-").unwrap_or(name).to_owned();
+        self.ranks.push(Rank {
+            name,
+            ..Rank::default()
+        });
+    }
+
+    /// Adds one span of the rank added last: its epochs and steps are what is kept.
+    pub fn add_span(&mut self, record: &SpanRecord) {
+        let Some(rank) = self.ranks.last_mut() else {
+            return;
+        };
+        let figures = Figures {
+            peak: record.gpu.map(|m| m.peak),
+            seconds: record.seconds(),
+        };
+        match record.role {
+            Role::Epoch(epoch) => {
+                rank.epochs.insert(epoch, figures);
+                rank.epoch_spans.insert(record.span_id, epoch);
+            }
+            Role::Step(step) => rank.steps.push((record.parent_span_id, step, figures)),
+            Role::Other => {}
+        }
+    }
+
+    /// The job's table; `None` with fewer than two ranks.
+    pub fn render(&self) -> Option<String> {
+        if self.ranks.len() < 2 {
+            return None;
+        }
+        let mut out = format!("job of {} ranks\n", self.ranks.len());
+        let _ = writeln!(
+            out,
+            "{:>5}  {:>10}  {:>10}  {:>11}  {:>6}  {:>12}  {:>8}",
+            "epoch", "worst rank", "worst peak", "lowest peak", "skew", "slowest rank", "slowest"
+        );
+        let epochs = self.shared(|rank| rank.epochs.clone());
+        for (epoch, row) in &epochs {
+            let (worst_rank, worst_peak) = row
+                .worst
+                .as_ref()
+                .map_or(("-".into(), "-".into()), |(r, p)| (r.clone(), human(*p)));
+            let _ = writeln!(
+                out,
+                "{epoch:>5}  {worst_rank:>10}  {worst_peak:>10}  {:>11}  {:>6}  {:>12}  {:>8}",
+                row.lowest.map_or("-".into(), human),
+                percent(row.skew),
+                row.slowest.0,
+                format!("{:.2} s", row.slowest.1),
+            );
+        }
+        let steps = self.shared(Rank::steps);
+        if !steps.is_empty() {
+            let _ = writeln!(out, "{}", self.steps_line(&steps));
+        }
+        Some(out)
+    }
+
+    /// The figures of every index (epoch or step) all ranks have, across the ranks.
+    fn shared<K: Ord + Clone>(
+        &self,
+        of: impl Fn(&Rank) -> BTreeMap<K, Figures>,
+    ) -> BTreeMap<K, Across> {
+        let tables: Vec<BTreeMap<K, Figures>> = self.ranks.iter().map(&of).collect();
+        let mut rows = BTreeMap::new();
+        let Some(first) = tables.first() else {
+            return rows;
+        };
+        for index in first.keys() {
+            let figures: Option<Vec<(&str, Figures)>> = self
+                .ranks
+                .iter()
+                .zip(&tables)
+                .map(|(rank, table)| table.get(index).map(|f| (rank.name.as_str(), *f)))
+                .collect();
+            if let Some(figures) = figures {
+                rows.insert(index.clone(), across(&figures));
+            }
+        }
+        rows
+    }
+
+    /// `steps: 120 on every rank; the widest skew at step 57 (40.0 %, rank 3 at 14.0 GiB);
+    /// the highest peak most often on rank 3 (100 of 120); the slowest most often rank 1
+    /// (80 of 120)`.
+    fn steps_line(&self, steps: &BTreeMap<StepKey, Across>) -> String {
+        let mut line = format!("steps: {} on every rank", steps.len());
+        let widest = steps
+            .iter()
+            .filter_map(|(step, row)| Some((*step, row.skew?, row.worst.as_ref()?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+        if let Some((step, skew, (rank, peak))) = widest {
+            let step = match step {
+                (Some(epoch), step) => format!("epoch {epoch} step {step}"),
+                (None, step) => format!("step {step}"),
+            };
+            let _ = write!(
+                line,
+                "; the widest skew at {step} ({}, rank {rank} at {})",
+                percent(Some(skew)),
+                human(*peak)
+            );
+        }
+        let most = |pick: &dyn Fn(&Across) -> Option<String>| {
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            for row in steps.values() {
+                if let Some(rank) = pick(row) {
+                    *counts.entry(rank).or_default() += 1;
+                }
+            }
+            counts
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+        };
+        if let Some((rank, count)) = most(&|row| row.worst.as_ref().map(|(r, _)| r.clone())) {
+            let _ = write!(
+                line,
+                "; the highest peak most often on rank {rank} ({count} of {})",
+                steps.len()
+            );
+        }
+        if let Some((rank, count)) = most(&|row| Some(row.slowest.0.clone())) {
+            let _ = write!(
+                line,
+                "; the slowest most often rank {rank} ({count} of {})",
+                steps.len()
+            );
+        }
+        line
+    }
+}
+
+/// One index's figures across the ranks: ties go to the rank listed first.
+fn across(figures: &[(&str, Figures)]) -> Across {
+    let peaks: Vec<(&str, i64)> = figures
+        .iter()
+        .filter_map(|(rank, f)| Some((*rank, f.peak?)))
+        .collect();
+    let worst = peaks
+        .iter()
+        .fold(None::<(&str, i64)>, |best, &(rank, peak)| match best {
+            Some((_, top)) if top >= peak => best,
+            _ => Some((rank, peak)),
+        });
+    let lowest = peaks.iter().map(|&(_, p)| p).min();
+    let skew = match (worst, lowest) {
+        (Some((_, high)), Some(low)) if peaks.len() > 1 && high > 0 => {
+            Some((high - low) as f64 / high as f64)
+        }
+        _ => None,
+    };
+    let slowest = figures
+        .iter()
+        .fold(None::<(&str, f64)>, |best, &(rank, f)| match best {
+            Some((_, top)) if top >= f.seconds => best,
+            _ => Some((rank, f.seconds)),
+        })
+        .map_or((String::new(), 0.0), |(r, s)| (r.to_owned(), s));
+    Across {
+        worst: worst.map(|(r, p)| (r.to_owned(), p)),
+        lowest,
+        skew,
+        slowest,
+    }
+}
+
+fn percent(value: Option<f64>) -> String {
+    value.map_or("-".into(), |v| format!("{:.1} %", 100.0 * v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An epoch span as the run directory holds it.
+    fn epoch_span(epoch: i64) -> SpanRecord {
+        use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+        let span = opentelemetry_proto::tonic::trace::v1::Span {
+            name: "epoch".into(),
+            span_id: vec![u8::try_from(epoch + 1).unwrap(); 8],
+            attributes: vec![KeyValue {
+                key: "ml.epoch".into(),
+                value: Some(AnyValue {
+                    value: Some(Value::IntValue(epoch)),
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        SpanRecord::from_otlp(&span)
+    }
+
+    fn figures(peak: Option<i64>, seconds: f64) -> Figures {
+        Figures { peak, seconds }
+    }
+
+    #[test]
+    fn the_worst_and_slowest_are_the_first_ranks_to_reach_the_top_and_a_lone_peak_has_no_skew() {
+        let row = across(&[
+            ("0", figures(Some(100), 2.0)),
+            ("1", figures(Some(400), 3.0)),
+            ("2", figures(Some(400), 3.0)),
+            ("3", figures(None, 1.0)),
+        ]);
+        assert_eq!(row.worst, Some(("1".to_owned(), 400)));
+        assert_eq!(row.lowest, Some(100));
+        assert_eq!(row.skew, Some(0.75));
+        assert_eq!(row.slowest, ("1".to_owned(), 3.0));
+
+        let lone = across(&[("0", figures(Some(100), 1.0)), ("1", figures(None, 2.0))]);
+        assert_eq!(lone.skew, None);
+        assert_eq!(lone.slowest.0, "1");
+    }
+
+    #[test]
+    fn an_epoch_a_rank_did_not_reach_is_left_out_of_the_job_table() {
+        let mut job = JobTable::default();
+        for (rank, epochs) in [("rank-0", 2), ("rank-1", 1)] {
+            job.add_rank(rank);
+            for epoch in 0..epochs {
+                job.add_span(&epoch_span(epoch));
+            }
+        }
+        let table = job.render().unwrap();
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert_eq!(rows.len(), 1, "{table}");
+        assert!(rows[0].trim_start().starts_with("0 "), "{table}");
+    }
+}
