@@ -17,7 +17,7 @@ fn selftest(fake: &FakeNvml, lib_dir: &Path, args: &[&str], envs: &[(&str, &str)
     let mut command = Command::new(env!("CARGO_BIN_EXE_gpuspan"));
     command.arg("selftest").args(args);
     for (key, _) in std::env::vars() {
-        if key.starts_with("GPUSPAN_")
+        if (key.starts_with("GPUSPAN_") && key != support::fake_nvml::LATENCY_VAR)
             || key.starts_with("FAKE_")
             || key.starts_with("OTEL_")
             || key == "CUDA_VISIBLE_DEVICES"

@@ -23,6 +23,8 @@
  *      FAKE_NVML_FAIL          name:code[:device][,name:code[:device]...]
  *      FAKE_NVML_FOLLOW_RSS    1: device 0 used = FAKE_NVML_USED_MIB plus
  *                              the resident set size of the calling process
+ *      GPUSPAN_TEST_FAKE_LATENCY  realistic: a real driver's latencies
+ *                              (k_realistic), before FAKE_NVML_LATENCY_US
  *      FAKE_NVML_LATENCY_US    name:us[,name:us...]: every call of that
  *                              device entry point takes that long, as a
  *                              real driver's does (see "Latency" below)
@@ -650,6 +652,26 @@ static void env_latency_locked(const char *spec) {
     free(copy);
 }
 
+/* What a real driver's calls cost, in us: a memory read about 12, utilization about 20,
+ * a process list 4.5 ms (holding the driver's lock). fake_nvml_set_realistic_latencies
+ * sets them, and so does GPUSPAN_TEST_FAKE_LATENCY=realistic at the first nvmlInit, so
+ * that the test suite can run every fake, its child processes' included, at these costs. */
+static const struct {
+    int f;
+    unsigned int us;
+} k_realistic[] = {
+    {F_nvmlDeviceGetMemoryInfo_v2, 12},
+    {F_nvmlDeviceGetUtilizationRates, 20},
+    {F_nvmlDeviceGetComputeRunningProcesses_v3, 4500},
+    {F_nvmlDeviceGetGraphicsRunningProcesses_v3, 4500},
+};
+
+static void realistic_latencies(void) {
+    for (size_t i = 0; i < sizeof(k_realistic) / sizeof(k_realistic[0]); i++) {
+        g_latency_us[k_realistic[i].f] = k_realistic[i].us;
+    }
+}
+
 static void apply_env_locked(void) {
     unsigned long long x = 0;
     const char *s;
@@ -696,6 +718,10 @@ static void apply_env_locked(void) {
     s = getenv("FAKE_NVML_TIMELINE");
     if (s != NULL && *s != '\0') {
         env_timeline_locked(s);
+    }
+    s = getenv("GPUSPAN_TEST_FAKE_LATENCY");
+    if (s != NULL && strcmp(s, "realistic") == 0) {
+        realistic_latencies();
     }
     s = getenv("FAKE_NVML_LATENCY_US");
     if (s != NULL && *s != '\0') {
@@ -1337,6 +1363,11 @@ FAKE_EXPORT int fake_nvml_set_latency(const char *function_name, unsigned int us
     }
     g_latency_us[f] = us;
     return 0;
+}
+
+/* Every call costs what it costs on a real driver (k_realistic). */
+FAKE_EXPORT void fake_nvml_set_realistic_latencies(void) {
+    realistic_latencies();
 }
 
 /* Nanoseconds the process-list calls have held the driver lock, in all. */

@@ -32,7 +32,7 @@ pub fn train_command(args: &[&str], envs: &[(&str, &str)]) -> Command {
     command.args(args);
     for (key, _) in std::env::vars() {
         if key.starts_with("OTEL_")
-            || key.starts_with("GPUSPAN_")
+            || (key.starts_with("GPUSPAN_") && key != crate::fake_nvml::LATENCY_VAR)
             || key.starts_with("FAKE_NVML_")
             || key == "CUDA_VISIBLE_DEVICES"
         {

@@ -27,8 +27,9 @@
 //!
 //! Every call answers at once unless a latency is set ([`FakeNvml::set_latency`],
 //! [`FakeNvml::set_realistic_latencies`]). With `GPUSPAN_TEST_FAKE_LATENCY=realistic` in
-//! the environment, every fake starts with [`REALISTIC_LATENCIES`], to see how any test
-//! fares against a driver that costs what a real one costs.
+//! the environment, every fake starts with a real driver's latencies, in the test process
+//! and in the programs it starts, to see how any test fares against a driver that costs
+//! what a real one costs.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CString, OsStr};
@@ -56,17 +57,10 @@ pub const DEFAULT_USED: u64 = 1024 * MIB;
 /// Driver version the fake reports.
 pub const DRIVER_VERSION: &str = "570.86.15";
 
-/// What a real driver's calls cost, per call: a memory read about 12 µs, utilization
-/// about 20 µs, a process list 4.5 ms (holding the driver's lock).
-pub const REALISTIC_LATENCIES: [(&str, Duration); 4] = [
-    ("nvmlDeviceGetMemoryInfo_v2", Duration::from_micros(12)),
-    ("nvmlDeviceGetUtilizationRates", Duration::from_micros(20)),
-    (PROCESS_LIST, Duration::from_micros(4500)),
-    (
-        "nvmlDeviceGetGraphicsRunningProcesses_v3",
-        Duration::from_micros(4500),
-    ),
-];
+/// `realistic` here gives every fake a real driver's latencies, the fakes of the programs a
+/// test starts included (they read it at their first `nvmlInit`): helpers that clear
+/// gpuspan's variables for a child keep this one.
+pub const LATENCY_VAR: &str = "GPUSPAN_TEST_FAKE_LATENCY";
 
 /// The process list the NVML wrapper calls (`Device::running_compute_processes`).
 pub const PROCESS_LIST: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
@@ -128,7 +122,7 @@ impl FakeNvml {
             _dir: dir,
         };
         fake.reset();
-        if std::env::var("GPUSPAN_TEST_FAKE_LATENCY").as_deref() == Ok("realistic") {
+        if std::env::var(LATENCY_VAR).as_deref() == Ok("realistic") {
             fake.set_realistic_latencies();
         }
         fake
@@ -327,11 +321,11 @@ impl FakeNvml {
         assert_eq!(rc, 0, "fake NVML: could not set a latency for {function}");
     }
 
-    /// Every call costs what it costs on a real driver ([`REALISTIC_LATENCIES`]).
+    /// Every call costs what it costs on a real driver: a memory read about 12 µs,
+    /// utilization about 20 µs, a process list 4.5 ms holding the driver's lock (the
+    /// fake's `k_realistic`).
     pub fn set_realistic_latencies(&self) {
-        for (function, latency) in REALISTIC_LATENCIES {
-            self.set_latency(function, latency);
-        }
+        unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_set_realistic_latencies")() }
     }
 
     /// How long the process lists have held the fake's driver lock, in all.
