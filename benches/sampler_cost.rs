@@ -194,9 +194,10 @@ fn main() {
 
 /// The cadence against a driver that costs what a real one does (the fake with a real
 /// driver's latencies, `FakeNvml::set_realistic_latencies`: a memory read 12 µs, spun; a
-/// process list 4.5 ms per call, slept, holding the fake's driver lock): memory rounds kept out of those scheduled
-/// (counted in the fake), the CPU of both sampler threads, how often each device's
-/// processes were listed, and the share of the time the driver lock was held.
+/// process list 4.5 ms per call, slept, holding the fake's driver lock): memory rounds
+/// kept out of those scheduled (counted in the fake), the CPU of both sampler threads, how
+/// often each device's processes were listed, and the share of the time the driver lock
+/// was held.
 fn realistic(window: Duration) {
     let interval = Duration::from_millis(5);
     println!("with a real driver's latencies, at {interval:?}, {window:?} per configuration:");
