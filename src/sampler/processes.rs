@@ -115,14 +115,16 @@ impl Processes {
         if listing.due.is_some_and(|due| now < due) {
             return;
         }
-        // A round that turns out to cost more than its share of an interval stops there
-        // (the first one, before any cost is known): the process thread goes on from the
+        // The first round, taken as gpuspan starts, lists every device, so that the first
+        // span has this process's figures too. A later round that turns out to cost more
+        // than its share of an interval stops there: the process thread goes on from the
         // next device.
+        let first = listing.due.is_none();
         let budget = self.interval.mul_f64(SHARE);
         for device in 0..self.values.len() {
             self.list(&mut listing, device, shared);
             listing.next = device + 1;
-            if now.elapsed() > budget && device + 1 < self.values.len() {
+            if !first && now.elapsed() > budget && device + 1 < self.values.len() {
                 break;
             }
         }
