@@ -421,6 +421,18 @@ mod tests {
         let mut file = header(origin, 5_000_000, &devices);
         let mut encoder = Encoder::new(origin, figures(2).len());
         // The same values twice in a row, then every figure changing, then from zero.
+        let changed = |first: Option<u64>, second: Option<u64>| {
+            vec![
+                first,
+                second,
+                Some(80),
+                Some(80),
+                Some(3),
+                Some(6),
+                Some(1),
+                Some(2),
+            ]
+        };
         let first = vec![
             Some(10),
             Some(20),
@@ -434,32 +446,8 @@ mod tests {
         let samples: Vec<(u64, Vec<Option<u64>>)> = vec![
             (origin + 1_000, first.clone()),
             (origin + 5_001_000, first),
-            (
-                origin + 10_002_000,
-                vec![
-                    Some(u64::MAX - 1),
-                    None,
-                    Some(80),
-                    Some(80),
-                    Some(3),
-                    Some(6),
-                    Some(1),
-                    Some(2),
-                ],
-            ),
-            (
-                origin + 15_000_000,
-                vec![
-                    Some(0),
-                    Some(20),
-                    Some(80),
-                    Some(80),
-                    Some(3),
-                    Some(6),
-                    Some(1),
-                    Some(2),
-                ],
-            ),
+            (origin + 10_002_000, changed(Some(u64::MAX - 1), None)),
+            (origin + 15_000_000, changed(Some(0), Some(20))),
         ];
         let mut written = 0;
         for (t, values) in &samples {
