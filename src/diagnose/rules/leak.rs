@@ -142,14 +142,24 @@ pub(crate) struct LeakFinding {
     pub(crate) points: usize,
 }
 
-/// Epoch ends the trend rule looks back over, and the most kept for its noise figure.
-const EPOCH_WINDOW: usize = 10;
+/// The ends a trend rule looks back over, and the fewest it needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Window {
+    pub(crate) span: usize,
+    pub(crate) fewest: usize,
+}
+
+/// The trend rule over epoch ends, and the step rule over the steps of an epoch.
+const EPOCHS: Window = Window {
+    span: 10,
+    fewest: 6,
+};
+const STEPS: Window = Window {
+    span: 200,
+    fewest: 8,
+};
+/// Epoch ends kept for the trend rule's noise figure.
 const EPOCH_HISTORY: usize = 1000;
-/// Fewest epochs for the trend rule.
-const MIN_EPOCHS: usize = 6;
-/// Step ends the step rule looks back over, and the fewest it needs.
-const STEP_WINDOW: usize = 200;
-const MIN_STEPS: usize = 8;
 /// The slope must stand this many standard errors above zero...
 const SIGNIFICANCE: f64 = 3.0;
 /// ...and add up to at least this fraction of the level over the window (5 %: a 1 %
@@ -189,7 +199,7 @@ impl LeakDetector {
         self.steps_seen += 1;
         let warm = self.epochs_seen >= self.warmup && self.steps_seen > self.warmup;
         if let (true, Some(end)) = (warm, end) {
-            if self.steps.len() == STEP_WINDOW {
+            if self.steps.len() == STEPS.span {
                 self.steps.remove(0);
             }
             self.steps.push(end);
@@ -207,7 +217,7 @@ impl LeakDetector {
         if !warm {
             return findings;
         }
-        if let Some(finding) = trend(&steps, STEP_WINDOW, MIN_STEPS, LeakRule::StepTrend) {
+        if let Some(finding) = trend(&steps, STEPS, LeakRule::StepTrend) {
             findings.push(finding);
         }
         if let Some(end) = end {
@@ -226,12 +236,7 @@ impl LeakDetector {
                     points: self.epochs.len(),
                 });
             }
-            findings.extend(trend(
-                &self.epochs,
-                EPOCH_WINDOW,
-                MIN_EPOCHS,
-                LeakRule::Trend,
-            ));
+            findings.extend(trend(&self.epochs, EPOCHS, LeakRule::Trend));
         }
         findings.retain(|f| {
             let slot = &mut self.fired[f.rule as usize];
@@ -241,20 +246,15 @@ impl LeakDetector {
     }
 }
 
-/// The trend rule over the last `window` figures of `history`: a Theil–Sen slope that
+/// The trend rule over the last `window.span` figures of `history`: a Theil–Sen slope that
 /// stands `SIGNIFICANCE` standard errors above zero and adds up to `MIN_GROWTH` of the
 /// level over the window. The noise is the larger of the residuals' spread around the
 /// line and the spread of successive differences over the whole history, so that a short
 /// window that happens to sit close to its line does not pass for a quiet series.
-pub(crate) fn trend(
-    history: &[i64],
-    window: usize,
-    min_points: usize,
-    rule: LeakRule,
-) -> Option<LeakFinding> {
-    let series = &history[history.len().saturating_sub(window)..];
+pub(crate) fn trend(history: &[i64], window: Window, rule: LeakRule) -> Option<LeakFinding> {
+    let series = &history[history.len().saturating_sub(window.span)..];
     let n = series.len();
-    if n < min_points.max(3) {
+    if n < window.fewest.max(3) {
         return None;
     }
     let y: Vec<f64> = series.iter().map(|&v| v as f64).collect();
@@ -422,9 +422,9 @@ pub(crate) mod tests {
 
     #[test]
     fn a_flat_or_shrinking_series_has_no_trend() {
-        assert_eq!(trend(&[5; 10], 10, 6, LeakRule::Trend), None);
+        assert_eq!(trend(&[5; 10], EPOCHS, LeakRule::Trend), None);
         let shrinking: Vec<i64> = (0..10).map(|i| 1000 - i * 10).collect();
-        assert_eq!(trend(&shrinking, 10, 6, LeakRule::Trend), None);
-        assert_eq!(trend(&[1, 2], 10, 6, LeakRule::Trend), None);
+        assert_eq!(trend(&shrinking, EPOCHS, LeakRule::Trend), None);
+        assert_eq!(trend(&[1, 2], EPOCHS, LeakRule::Trend), None);
     }
 }
