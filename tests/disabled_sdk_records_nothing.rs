@@ -25,7 +25,12 @@ fn otel_sdk_disabled_records_nothing() {
         || {
             let before = threads();
             let telemetry = gpuspan::Telemetry::builder().build().unwrap();
-            assert_eq!(threads(), before, "no sampler or exporter thread");
+            // At most as many: another test of this binary may end a thread meanwhile.
+            let after = threads();
+            assert!(
+                after <= before,
+                "no sampler or exporter thread: {before} then {after}"
+            );
             assert!(telemetry.layer::<tracing_subscriber::Registry>().is_none());
             assert_eq!(telemetry.run_dir(), None);
             assert_eq!(telemetry.sampler_stats(), None);
