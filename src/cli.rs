@@ -292,7 +292,7 @@ pub fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, CommandError> {
         .iter()
         .filter(|p| {
             p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("rank-"))
+                .is_some_and(|n| n.to_string_lossy().starts_with(runlog::RANK_DIR_PREFIX))
         })
         .filter(|p| p.join(runlog::TRACES_FILE).is_file())
         .cloned()

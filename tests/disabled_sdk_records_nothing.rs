@@ -5,8 +5,15 @@ use gpuspan_test_support as support;
 
 use support::receiver::Receiver;
 
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
+/// The names of this process's threads that are gpuspan's (`gpuspan-sampler`,
+/// `gpuspan-spans`, ...): the other tests of this binary start and end threads of their own.
+fn gpuspan_threads() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| name.starts_with("gpuspan"))
+        .collect()
 }
 
 #[test]
@@ -23,14 +30,9 @@ fn otel_sdk_disabled_records_nothing() {
             ("GPUSPAN_RUN_DIR", Some(run_root.path().to_str().unwrap())),
         ],
         || {
-            let before = threads();
+            let before = gpuspan_threads();
             let telemetry = gpuspan::Telemetry::builder().build().unwrap();
-            // At most as many: another test of this binary may end a thread meanwhile.
-            let after = threads();
-            assert!(
-                after <= before,
-                "no sampler or exporter thread: {before} then {after}"
-            );
+            assert_eq!(gpuspan_threads(), before, "no sampler or exporter thread");
             assert!(telemetry.layer::<tracing_subscriber::Registry>().is_none());
             assert_eq!(telemetry.run_dir(), None);
             assert_eq!(telemetry.sampler_stats(), None);

@@ -132,10 +132,9 @@ impl Enricher {
         let n = timelines.device_indexes.len();
         let process = pid.and_then(|pid| timelines.process_window(pid, start, end));
         // The process lists may run slower than the ticks that record them.
-        let process_resolution = process.as_ref().map(|window| {
-            let lists = timelines.process_resolution_ns().unwrap_or(0);
-            window.resolution_ns.max(lists)
-        });
+        let process_resolution = process
+            .as_ref()
+            .map(|window| timelines.process_resolution_ns(window.resolution_ns));
         let figures = SpanFigures {
             gpu: triple(&window, n),
             devices: if n > 1 {

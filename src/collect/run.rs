@@ -136,10 +136,10 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
             }
         }
         if tree.start.or(tree.peak).or(tree.end).is_some() {
-            // Read at every tick, from lists that may run on a slower cadence.
+            // Recorded at every tick, from lists that may run on a slower cadence.
             let tick = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
-            let lists = collector.timelines().process_resolution_ns().unwrap_or(0);
-            let resolution = i64::try_from(tick.max(lists)).unwrap_or(i64::MAX);
+            let resolution = collector.timelines().process_resolution_ns(tick);
+            let resolution = i64::try_from(resolution).unwrap_or(i64::MAX);
             attributes.push(int(attr::GPU_PROCESS_MEMORY_RESOLUTION, resolution));
         }
         debug_assert_eq!(tree.root(), pid);

@@ -79,10 +79,11 @@ impl Timelines {
             .and_then(|f| f.store.window(start, end))
     }
 
-    /// How often the process figures were read, at the coarsest so far: a process's
-    /// window is no finer than that, whatever the ticks' resolution.
-    pub(crate) fn process_resolution_ns(&self) -> Option<u64> {
-        Some(self.process_resolution_ns.load(Ordering::Relaxed)).filter(|&ns| ns > 0)
+    /// The resolution, in ns, of process figures recorded at `recorded_ns`: the lists
+    /// behind them run on a cadence of their own, so they are no finer than its coarsest
+    /// so far, whatever the ticks' resolution.
+    pub(crate) fn process_resolution_ns(&self, recorded_ns: u64) -> u64 {
+        recorded_ns.max(self.process_resolution_ns.load(Ordering::Relaxed))
     }
 
     /// From the next tick on, sums the memory of `root` and its descendants.

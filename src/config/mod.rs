@@ -106,13 +106,16 @@ pub(crate) struct Settings {
 /// minutes of 100 steps a second, about 60 MiB at most.
 pub(crate) const DEFAULT_EXPORT_QUEUE: usize = 65_536;
 
+/// A rank's run directory is `<run-id>/rank-<rank>` when a job has several ranks.
+pub const RANK_DIR_PREFIX: &str = "rank-";
+
 impl Settings {
     /// The run directory: `<root>/<run-id>`, with one sub-directory per rank when the
     /// launcher says there are several.
     pub(crate) fn run_dir(&self) -> PathBuf {
         let dir = self.run_root.join(&self.run_id);
         match (self.rank.rank, self.rank.world_size) {
-            (Some(rank), Some(world)) if world > 1 => dir.join(format!("rank-{rank}")),
+            (Some(rank), Some(world)) if world > 1 => dir.join(format!("{RANK_DIR_PREFIX}{rank}")),
             _ => dir,
         }
     }

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
+use crate::config::RANK_DIR_PREFIX;
 use crate::record::{Role, SpanRecord};
 use crate::util::bytes::human;
 
@@ -61,10 +62,13 @@ struct Across {
 }
 
 impl JobTable {
-    /// Starts the rank called `name` (its directory's `rank-<r>`, or the directory's name):
+    /// Starts the rank called `name` (its directory's name, `rank-<r>` in a job):
     /// the spans added next are its.
     pub fn add_rank(&mut self, name: &str) {
-        let name = name.strip_prefix("rank-").unwrap_or(name).to_owned();
+        let name = name
+            .strip_prefix(RANK_DIR_PREFIX)
+            .unwrap_or(name)
+            .to_owned();
         self.ranks.push(Rank {
             name,
             ..Rank::default()

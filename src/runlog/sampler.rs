@@ -7,7 +7,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::sampler::{driver_check_line, DriverCheck, SamplerStats};
-use crate::source::DriverPeak;
 
 /// File of the sampler's figures inside a run directory.
 pub const SAMPLER_FILE: &str = "sampler.json";
@@ -27,15 +26,7 @@ struct SamplerFile {
     process_lists: u64,
     /// Absent from files written before the check existed.
     #[serde(default)]
-    driver_check: Vec<CheckFile>,
-}
-
-/// One device's process peak against the driver's accounting.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct CheckFile {
-    device: u32,
-    listed_peak: Option<u64>,
-    driver: DriverPeak,
+    driver_check: Vec<DriverCheck>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -55,15 +46,7 @@ pub(crate) fn write(dir: &Path, stats: &SamplerStats) -> std::io::Result<()> {
         process_interval_ns: stats.process_interval.map(ns),
         process_read_ns: stats.process_read.map(ns),
         process_lists: stats.process_lists,
-        driver_check: stats
-            .driver_check
-            .iter()
-            .map(|c| CheckFile {
-                device: c.device,
-                listed_peak: c.listed_peak,
-                driver: c.driver.clone(),
-            })
-            .collect(),
+        driver_check: stats.driver_check.clone(),
     };
     let text = serde_json::to_string_pretty(&file).map_err(std::io::Error::other)?;
     std::fs::write(dir.join(SAMPLER_FILE), text + "\n")
@@ -75,18 +58,9 @@ pub(crate) fn write(dir: &Path, stats: &SamplerStats) -> std::io::Result<()> {
 pub fn trust_line(dir: &Path) -> Option<String> {
     let text = std::fs::read_to_string(dir.join(SAMPLER_FILE)).ok()?;
     let file: SamplerFile = serde_json::from_str(&text).ok()?;
-    let checks: Vec<DriverCheck> = file
-        .driver_check
-        .iter()
-        .map(|c| DriverCheck {
-            device: c.device,
-            listed_peak: c.listed_peak,
-            driver: c.driver.clone(),
-        })
-        .collect();
     let every = file.process_interval_ns.map(Duration::from_nanos);
     let mut line = describe(&file);
-    if let Some(check) = driver_check_line(&checks, every) {
+    if let Some(check) = driver_check_line(&file.driver_check, every) {
         line.push('\n');
         line.push_str(check.trim_start_matches("gpuspan: "));
     }
@@ -119,6 +93,7 @@ fn describe(f: &SamplerFile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::DriverPeak;
 
     #[test]
     fn the_file_round_trips_into_a_line_on_the_peaks_trust() {

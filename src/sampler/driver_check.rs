@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::source::DriverPeak;
 use crate::util::bytes;
 
-/// One device's two figures of this process's peak.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One device's two figures of this process's peak (as `sampler.json` keeps them too).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DriverCheck {
     /// The device's NVML index.
     pub device: u32,

@@ -596,7 +596,9 @@ static void env_timeline_locked(const char *path) {
     }
 }
 
-static void env_fail_locked(const char *spec) {
+/* Applies every "name:value" entry of spec, a comma-separated list in the
+ * variable var, with apply(name, value); says which entry is malformed. */
+static void env_entries_locked(const char *var, const char *spec, void (*apply)(const char *, char *)) {
     char *copy = strdup(spec);
     char *save = NULL;
     if (copy == NULL) {
@@ -608,48 +610,36 @@ static void env_fail_locked(const char *spec) {
         }
         char *colon = strchr(item, ':');
         if (colon == NULL) {
-            fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_FAIL entry '%s' is not name:code\n", item);
+            fprintf(stderr, "fake libnvidia-ml: %s entry '%s' is not name:value\n", var, item);
             continue;
         }
         *colon = '\0';
-        char *rest = colon + 1;
-        int dev = -1;
-        char *colon2 = strchr(rest, ':');
-        if (colon2 != NULL) {
-            *colon2 = '\0';
-            dev = atoi(colon2 + 1);
-        }
-        if (set_error_locked(item, dev, atoi(rest)) != 0) {
-            fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_FAIL names unknown function '%s'\n", item);
-        }
+        apply(item, colon + 1);
     }
     free(copy);
 }
 
-static void env_latency_locked(const char *spec) {
-    char *copy = strdup(spec);
-    char *save = NULL;
-    if (copy == NULL) {
+/* FAKE_NVML_FAIL's "name:code[:device]". */
+static void env_fail_entry(const char *name, char *rest) {
+    int dev = -1;
+    char *colon = strchr(rest, ':');
+    if (colon != NULL) {
+        *colon = '\0';
+        dev = atoi(colon + 1);
+    }
+    if (set_error_locked(name, dev, atoi(rest)) != 0) {
+        fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_FAIL names unknown function '%s'\n", name);
+    }
+}
+
+/* FAKE_NVML_LATENCY_US's "name:us". */
+static void env_latency_entry(const char *name, char *us) {
+    int f = fn_index(name);
+    if (f < 0) {
+        fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_LATENCY_US names unknown function '%s'\n", name);
         return;
     }
-    for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
-        while (*item == ' ') {
-            item++;
-        }
-        char *colon = strchr(item, ':');
-        int f = -1;
-        if (colon != NULL) {
-            *colon = '\0';
-            f = fn_index(item);
-        }
-        if (f < 0) {
-            fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_LATENCY_US entry '%s' is not name:us of a known function\n",
-                    item);
-            continue;
-        }
-        g_latency_us[f] = (unsigned int)strtoul(colon + 1, NULL, 10);
-    }
-    free(copy);
+    g_latency_us[f] = (unsigned int)strtoul(us, NULL, 10);
 }
 
 /* What a real driver's calls cost, in us: a memory read about 12, utilization about 20,
@@ -713,7 +703,7 @@ static void apply_env_locked(void) {
     }
     s = getenv("FAKE_NVML_FAIL");
     if (s != NULL && *s != '\0') {
-        env_fail_locked(s);
+        env_entries_locked("FAKE_NVML_FAIL", s, env_fail_entry);
     }
     s = getenv("FAKE_NVML_TIMELINE");
     if (s != NULL && *s != '\0') {
@@ -725,7 +715,7 @@ static void apply_env_locked(void) {
     }
     s = getenv("FAKE_NVML_LATENCY_US");
     if (s != NULL && *s != '\0') {
-        env_latency_locked(s);
+        env_entries_locked("FAKE_NVML_LATENCY_US", s, env_latency_entry);
     }
     s = getenv("FAKE_NVML_LIVE_FILE");
     if (s != NULL && strlen(s) < sizeof(g_live_file)) {
@@ -963,15 +953,16 @@ static int handle_index_locked(nvmlDevice_t device) {
 
 /*
  * Common prologue of the per-device queries: lock, count, injected error,
- * initialisation, handle check. On NVML_SUCCESS the lock is still held and
- * *dev holds the device; otherwise the lock has been released.
+ * initialisation, handle check, and the call's output `out` given. On
+ * NVML_SUCCESS the lock is still held and *dev holds the device; otherwise the
+ * lock has been released.
  */
-static nvmlReturn_t enter_device(int f, nvmlDevice_t device, struct nvmlDevice_st **dev) {
+static nvmlReturn_t enter_device(int f, nvmlDevice_t device, const void *out, struct nvmlDevice_st **dev) {
     pay_latency(f);
     lock_state();
     int idx = handle_index_locked(device);
     int rc = enter_locked(f, idx);
-    if (rc == NVML_SUCCESS && idx < 0) {
+    if (rc == NVML_SUCCESS && (idx < 0 || out == NULL)) {
         rc = NVML_ERROR_INVALID_ARGUMENT;
     }
     if (rc != NVML_SUCCESS) {
@@ -985,7 +976,7 @@ static nvmlReturn_t enter_device(int f, nvmlDevice_t device, struct nvmlDevice_s
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetName, device, &d);
+    int rc = enter_device(F_nvmlDeviceGetName, device, name, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -996,7 +987,7 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsi
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetUUID, device, &d);
+    int rc = enter_device(F_nvmlDeviceGetUUID, device, uuid, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -1007,33 +998,25 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsi
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
     struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetIndex, device, &d);
+    int rc = enter_device(F_nvmlDeviceGetIndex, device, index, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    if (index == NULL) {
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    } else {
-        *index = d->index;
-    }
+    *index = d->index;
     unlock_state();
     return rc;
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetMemoryInfo, device, &d);
+    int rc = enter_device(F_nvmlDeviceGetMemoryInfo, device, memory, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    if (memory == NULL) {
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    } else {
-        unsigned long long used = used_now_locked(d);
-        memory->total = d->total;
-        memory->used = used;
-        memory->free = d->total > used ? d->total - used : 0;
-    }
+    unsigned long long used = used_now_locked(d);
+    memory->total = d->total;
+    memory->used = used;
+    memory->free = d->total > used ? d->total - used : 0;
     unlock_state();
     return rc;
 }
@@ -1051,13 +1034,11 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
     if (g_hang_ms > 0) {
         usleep((useconds_t)g_hang_ms * 1000u);
     }
-    int rc = enter_device(F_nvmlDeviceGetMemoryInfo_v2, device, &d);
+    int rc = enter_device(F_nvmlDeviceGetMemoryInfo_v2, device, memory, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    if (memory == NULL) {
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    } else if (memory->version != nvmlMemory_v2) {
+    if (memory->version != nvmlMemory_v2) {
         rc = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     } else {
         unsigned long long used = used_now_locked(d);
@@ -1072,31 +1053,23 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
     struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetUtilizationRates, device, &d);
+    int rc = enter_device(F_nvmlDeviceGetUtilizationRates, device, utilization, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    if (utilization == NULL) {
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    } else {
-        utilization->gpu = d->util_gpu;
-        utilization->memory = d->util_memory;
-    }
+    utilization->gpu = d->util_gpu;
+    utilization->memory = d->util_memory;
     unlock_state();
     return rc;
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, int *mode) {
     struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetAccountingMode, device, &d);
+    int rc = enter_device(F_nvmlDeviceGetAccountingMode, device, mode, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    if (mode == NULL) {
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    } else {
-        *mode = d->accounting; /* NVML_FEATURE_ENABLED is 1, DISABLED 0 */
-    }
+    *mode = d->accounting; /* NVML_FEATURE_ENABLED is 1, DISABLED 0 */
     unlock_state();
     return rc;
 }
@@ -1104,7 +1077,7 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, int *m
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid,
                                                       nvmlAccountingStats_t *stats) {
     struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetAccountingStats, device, &d);
+    int rc = enter_device(F_nvmlDeviceGetAccountingStats, device, stats, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -1114,9 +1087,7 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsig
             found = &d->accounted[i];
         }
     }
-    if (stats == NULL) {
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    } else if (!d->accounting) {
+    if (!d->accounting) {
         rc = NVML_ERROR_NOT_SUPPORTED;
     } else if (found == NULL) {
         rc = NVML_ERROR_NOT_FOUND;
@@ -1158,15 +1129,13 @@ static nvmlReturn_t list_processes(int f, nvmlDevice_t device, unsigned int *inf
 static nvmlReturn_t list_processes_held(int f, nvmlDevice_t device, unsigned int *infoCount,
                                         nvmlProcessInfo_t *infos, int graphics) {
     struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(f, device, &d);
+    int rc = enter_device(f, device, infoCount, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
     const fake_process *list = graphics ? d->graphics : d->compute;
     unsigned int n = graphics ? d->graphics_count : d->compute_count;
-    if (infoCount == NULL) {
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    } else if (*infoCount < n) {
+    if (*infoCount < n) {
         *infoCount = n;
         rc = NVML_ERROR_INSUFFICIENT_SIZE;
     } else if (n > 0 && infos == NULL) {
@@ -1522,11 +1491,26 @@ static void hold_locked(unsigned int dev, unsigned long long bytes, int add) {
     account_locked(d);
 }
 
-static CUresult cuda_enter_locked(void) {
+/* For cuda_enter: a call that takes no device, one that has no output. */
+#define CUDA_ANY_DEVICE (-1)
+static const char k_no_output;
+
+/* The prologue of every call but cuInit: takes the lock (held on return,
+ * whatever the result), then checks that cuInit ran, that dev is a device
+ * (CUDA_ANY_DEVICE: the call takes none) and that out, the call's output, was
+ * given. */
+static CUresult cuda_enter(CUdevice dev, const void *out) {
+    lock_state();
     if (!g_env_applied && !g_controlled) {
         apply_env_locked();
     }
-    return g_cuda_initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    if (!g_cuda_initialized) {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if (dev != CUDA_ANY_DEVICE && (dev < 0 || (unsigned int)dev >= g_device_count)) {
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
+    return out == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuInit(unsigned int flags) {
@@ -1549,52 +1533,27 @@ FAKE_EXPORT CUresult cuDriverGetVersion(int *version) {
 }
 
 FAKE_EXPORT CUresult cuDeviceGetCount(int *count) {
-    lock_state();
-    CUresult rc = cuda_enter_locked();
+    CUresult rc = cuda_enter(CUDA_ANY_DEVICE, count);
     if (rc == CUDA_SUCCESS) {
-        if (count == NULL) {
-            rc = CUDA_ERROR_INVALID_VALUE;
-        } else {
-            *count = (int)g_device_count;
-        }
+        *count = (int)g_device_count;
     }
     unlock_state();
     return rc;
 }
 
 FAKE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
-    lock_state();
-    CUresult rc = cuda_enter_locked();
+    CUresult rc = cuda_enter(ordinal, device);
     if (rc == CUDA_SUCCESS) {
-        if (device == NULL) {
-            rc = CUDA_ERROR_INVALID_VALUE;
-        } else if (ordinal < 0 || (unsigned int)ordinal >= g_device_count) {
-            rc = CUDA_ERROR_INVALID_DEVICE;
-        } else {
-            *device = ordinal;
-        }
+        *device = ordinal;
     }
     unlock_state();
     return rc;
 }
 
-static CUresult cuda_device_locked(CUdevice dev) {
-    CUresult rc = cuda_enter_locked();
-    if (rc == CUDA_SUCCESS && (dev < 0 || (unsigned int)dev >= g_device_count)) {
-        rc = CUDA_ERROR_INVALID_DEVICE;
-    }
-    return rc;
-}
-
 FAKE_EXPORT CUresult cuDeviceGetName(char *name, int length, CUdevice dev) {
-    lock_state();
-    CUresult rc = cuda_device_locked(dev);
+    CUresult rc = cuda_enter(dev, length > 0 ? name : NULL);
     if (rc == CUDA_SUCCESS) {
-        if (name == NULL || length <= 0) {
-            rc = CUDA_ERROR_INVALID_VALUE;
-        } else {
-            copy_str(name, (size_t)length, g_devices[dev].name);
-        }
+        copy_str(name, (size_t)length, g_devices[dev].name);
     }
     unlock_state();
     return rc;
@@ -1602,11 +1561,7 @@ FAKE_EXPORT CUresult cuDeviceGetName(char *name, int length, CUdevice dev) {
 
 /* The 16 bytes NVML's "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" spells in hex. */
 FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
-    lock_state();
-    CUresult rc = cuda_device_locked(dev);
-    if (rc == CUDA_SUCCESS && uuid == NULL) {
-        rc = CUDA_ERROR_INVALID_VALUE;
-    }
+    CUresult rc = cuda_enter(dev, uuid);
     if (rc == CUDA_SUCCESS) {
         const char *hex = g_devices[dev].uuid + 4;
         unsigned int n = 0;
@@ -1630,25 +1585,16 @@ FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
 }
 
 FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
-    lock_state();
-    CUresult rc = cuda_device_locked(dev);
+    CUresult rc = cuda_enter(dev, bytes);
     if (rc == CUDA_SUCCESS) {
-        if (bytes == NULL) {
-            rc = CUDA_ERROR_INVALID_VALUE;
-        } else {
-            *bytes = (size_t)g_devices[dev].total;
-        }
+        *bytes = (size_t)g_devices[dev].total;
     }
     unlock_state();
     return rc;
 }
 
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
-    lock_state();
-    CUresult rc = cuda_device_locked(dev);
-    if (rc == CUDA_SUCCESS && ctx == NULL) {
-        rc = CUDA_ERROR_INVALID_VALUE;
-    }
+    CUresult rc = cuda_enter(dev, ctx);
     if (rc == CUDA_SUCCESS) {
         if (g_cuda_contexts[dev]++ == 0) {
             hold_locked((unsigned int)dev, cuda_context_bytes(), 1);
@@ -1660,8 +1606,7 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
 }
 
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-    lock_state();
-    CUresult rc = cuda_device_locked(dev);
+    CUresult rc = cuda_enter(dev, &k_no_output);
     if (rc == CUDA_SUCCESS && g_cuda_contexts[dev] == 0) {
         rc = CUDA_ERROR_INVALID_CONTEXT;
     }
@@ -1673,8 +1618,7 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 }
 
 FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
-    lock_state();
-    CUresult rc = cuda_enter_locked();
+    CUresult rc = cuda_enter(CUDA_ANY_DEVICE, &k_no_output);
     if (rc == CUDA_SUCCESS) {
         if (ctx == NULL) {
             g_cuda_current = -1;
@@ -1692,11 +1636,7 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
 }
 
 FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
-    lock_state();
-    CUresult rc = cuda_enter_locked();
-    if (rc == CUDA_SUCCESS && (ptr == NULL || bytes == 0)) {
-        rc = CUDA_ERROR_INVALID_VALUE;
-    }
+    CUresult rc = cuda_enter(CUDA_ANY_DEVICE, bytes > 0 ? ptr : NULL);
     if (rc == CUDA_SUCCESS && g_cuda_current < 0) {
         rc = CUDA_ERROR_INVALID_CONTEXT;
     }
@@ -1731,8 +1671,7 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
 }
 
 FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
-    lock_state();
-    CUresult rc = cuda_enter_locked();
+    CUresult rc = cuda_enter(CUDA_ANY_DEVICE, &k_no_output);
     fake_allocation *slot = NULL;
     for (unsigned int i = 0; rc == CUDA_SUCCESS && i < FAKE_CUDA_MAX_ALLOCATIONS; i++) {
         if (g_allocations[i].ptr == ptr && ptr != 0) {
@@ -1751,13 +1690,9 @@ FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
 }
 
 FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
-    lock_state();
-    CUresult rc = cuda_enter_locked();
+    CUresult rc = cuda_enter(CUDA_ANY_DEVICE, total_bytes != NULL ? free_bytes : NULL);
     if (rc == CUDA_SUCCESS && g_cuda_current < 0) {
         rc = CUDA_ERROR_INVALID_CONTEXT;
-    }
-    if (rc == CUDA_SUCCESS && (free_bytes == NULL || total_bytes == NULL)) {
-        rc = CUDA_ERROR_INVALID_VALUE;
     }
     if (rc == CUDA_SUCCESS) {
         struct nvmlDevice_st *d = &g_devices[g_cuda_current];
