@@ -288,15 +288,18 @@ pub fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, CommandError> {
         .filter(|p| p.is_dir())
         .collect();
     subdirs.sort();
-    let ranks: Vec<PathBuf> = subdirs
+    let mut ranks: Vec<(Option<u64>, PathBuf)> = subdirs
         .iter()
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(runlog::RANK_DIR_PREFIX))
+        .filter_map(|p| {
+            let name = p.file_name()?.to_string_lossy();
+            let number = name.strip_prefix(runlog::RANK_DIR_PREFIX)?.parse().ok();
+            Some((number, p.clone()))
         })
-        .filter(|p| p.join(runlog::TRACES_FILE).is_file())
-        .cloned()
+        .filter(|(_, p)| p.join(runlog::TRACES_FILE).is_file())
         .collect();
+    // rank-2 before rank-10.
+    ranks.sort();
+    let ranks: Vec<PathBuf> = ranks.into_iter().map(|(_, p)| p).collect();
     if !ranks.is_empty() {
         return Ok(ranks);
     }
@@ -370,7 +373,8 @@ fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), CommandError>
     for run in &runs {
         let name = run.file_name().map(|n| n.to_string_lossy().into_owned());
         job.add_rank(name.as_deref().unwrap_or("?"));
-        let (summary, _) = runlog::read_run_and(run, |record| job.add_span(&record))?;
+        let (summary, markers) = runlog::read_run_and(run, |record| job.add_span(&record))?;
+        job.add_markers(&markers);
         println!("{}", run.display());
         print!("{}", summary.render());
         // A note beside the table (stderr), not a row of it.
@@ -489,4 +493,28 @@ fn collect(
         stats.requests_refused
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_ranks_are_read_in_rank_order() {
+        let job = tempfile::tempdir().unwrap();
+        for rank in [10, 2, 0, 1] {
+            let dir = job
+                .path()
+                .join(format!("{}{rank}", runlog::RANK_DIR_PREFIX));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join(runlog::TRACES_FILE), "").unwrap();
+        }
+        std::fs::create_dir(job.path().join("alarms")).unwrap();
+        let names: Vec<String> = runs_in(job.path())
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["rank-0", "rank-1", "rank-2", "rank-10"]);
+    }
 }

@@ -104,6 +104,9 @@ pub mod attribute {
     pub const GPU_MEMORY_RISE_FROM: &str = "gpu.memory.rise.from";
     /// The innermost span open when that rise began.
     pub const GPU_MEMORY_RISE_SPAN: &str = "gpu.memory.rise.span";
+    /// On `gpu.memory.peer_oom`: the other rank's finding (`gpu.memory.oom` or
+    /// `gpu.memory.near_oom`).
+    pub const GPU_MEMORY_PEER_FINDING: &str = "gpu.memory.peer.finding";
     /// The timeline file written for a near-OOM or OOM finding.
     pub const GPU_MEMORY_TIMELINE: &str = "gpu.memory.timeline";
     /// Which leak rule fired.
@@ -183,8 +186,10 @@ pub mod event {
     pub const NEAR_OOM: &str = "gpu.memory.near_oom";
     /// The program ran out of device memory.
     pub const OOM: &str = "gpu.memory.oom";
+    /// Another rank of the job ran out of device memory, or came near.
+    pub const PEER_OOM: &str = "gpu.memory.peer_oom";
     /// Every finding, in the order the report lists them.
-    pub const FINDINGS: [&str; 4] = [LEAK_SUSPECTED, NEAR_OOM, OOM, BUDGET_EXCEEDED];
+    pub const FINDINGS: [&str; 5] = [LEAK_SUSPECTED, NEAR_OOM, OOM, PEER_OOM, BUDGET_EXCEEDED];
 }
 
 /// Metric instrument names.

@@ -11,6 +11,7 @@ mod counts;
 mod near_oom;
 mod open_span_layer;
 mod open_spans;
+pub(crate) mod peers;
 mod report;
 mod rules;
 pub(crate) mod settings;
@@ -101,12 +102,19 @@ pub(crate) struct Diagnosis {
     counts: Arc<Counts>,
     open_spans: Arc<OpenSpans>,
     recorder: Arc<Recorder>,
+    /// Reads the job's other ranks' alarms, in a job of several.
+    peers: Option<peers::Watcher>,
     limits: OnceLock<Limits>,
 }
 
 impl Diagnosis {
-    /// Starts the near-OOM file writer; `run_dir` is where its files go.
-    pub(crate) fn start(settings: DiagnoseSettings, run_dir: PathBuf) -> std::io::Result<Self> {
+    /// Starts the near-OOM file writer (`run_dir` is where its files go) and, in a job of
+    /// several ranks, the thread that reads the others' alarms from `board`.
+    pub(crate) fn start(
+        settings: DiagnoseSettings,
+        run_dir: PathBuf,
+        board: Option<peers::Board>,
+    ) -> std::io::Result<Self> {
         let counts = Arc::new(Counts::default());
         let open_spans = Arc::new(OpenSpans::default());
         let recorder = Recorder::start(
@@ -115,13 +123,18 @@ impl Diagnosis {
             run_dir,
             Arc::clone(&open_spans),
             Arc::clone(&counts),
+            board.clone(),
         )?;
+        let peers = board
+            .map(|board| peers::Watcher::start(board, Arc::clone(&recorder)))
+            .transpose()?;
         Ok(Self {
             settings,
             findings: Arc::default(),
             counts,
             open_spans,
             recorder,
+            peers,
             limits: OnceLock::new(),
         })
     }
@@ -235,6 +248,9 @@ impl Diagnosis {
 
     /// Writes what the recorder still holds and stops its thread, waiting at most `bound`.
     pub(crate) fn stop(&self, bound: std::time::Duration) {
+        if let Some(peers) = &self.peers {
+            peers.stop();
+        }
         self.recorder.stop(bound);
     }
 }

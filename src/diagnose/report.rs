@@ -12,7 +12,7 @@ use crate::names::event;
 use crate::record::{Role, SpanRecord};
 
 /// Span events drawn as markers.
-pub const DIAGNOSIS_EVENTS: [&str; 4] = event::FINDINGS;
+pub const DIAGNOSIS_EVENTS: [&str; 5] = event::FINDINGS;
 
 /// A diagnosis event found on a span.
 #[derive(Debug, Clone, PartialEq)]

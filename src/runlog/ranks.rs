@@ -1,12 +1,15 @@
 //! A job of several ranks read together (`gpuspan report` on a job's directory): per epoch,
 //! the rank with the highest peak, the skew between the ranks' peaks and the slowest rank;
 //! over the step indexes every rank ran, the widest skew and the ranks most often worst
-//! and slowest. One rank holding more than the others, or waiting on them, shows here.
+//! and slowest; and the rank that ran out of memory first. One rank holding more than the
+//! others, or waiting on them, shows here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use crate::config::RANK_DIR_PREFIX;
+use crate::diagnose::Marker;
+use crate::names::event;
 use crate::record::{Role, SpanRecord};
 use crate::util::bytes::human;
 
@@ -30,6 +33,9 @@ struct Rank {
     epoch_spans: HashMap<[u8; 8], i64>,
     /// Steps as read: their parent span, `ml.step`, figures.
     steps: Vec<(Option<[u8; 8]>, i64, Figures)>,
+    /// The rank's first out-of-memory error and first near-OOM crossing.
+    first_oom: Option<Marker>,
+    first_near_oom: Option<Marker>,
 }
 
 impl Rank {
@@ -94,6 +100,52 @@ impl JobTable {
         }
     }
 
+    /// Adds the diagnosis markers of the rank added last: its first OOM and near-OOM are
+    /// what is kept.
+    pub fn add_markers(&mut self, markers: &[Marker]) {
+        let Some(rank) = self.ranks.last_mut() else {
+            return;
+        };
+        for marker in markers {
+            let first = match marker.name.as_str() {
+                event::OOM => &mut rank.first_oom,
+                event::NEAR_OOM => &mut rank.first_near_oom,
+                _ => continue,
+            };
+            if first
+                .as_ref()
+                .is_none_or(|f| marker.unix_nanos < f.unix_nanos)
+            {
+                *first = Some(marker.clone());
+            }
+        }
+    }
+
+    /// `first out of memory: rank 3 at step 12 (2026-12-02 13:02:11.123 UTC); 2 of 4
+    /// ranks ran out`, else the same of the near-OOM crossings; `None` when no rank had
+    /// either. A job that timed out in a collective after one rank died shows the cause.
+    pub fn first_out_of_memory(&self) -> Option<String> {
+        let (what, pick): (&str, fn(&Rank) -> Option<&Marker>) =
+            if self.ranks.iter().any(|r| r.first_oom.is_some()) {
+                ("out of memory", |r| r.first_oom.as_ref())
+            } else {
+                ("near out of memory", |r| r.first_near_oom.as_ref())
+            };
+        let hit: Vec<(&str, &Marker)> = self
+            .ranks
+            .iter()
+            .filter_map(|r| Some((r.name.as_str(), pick(r)?)))
+            .collect();
+        let (rank, first) = hit.iter().min_by_key(|(_, m)| m.unix_nanos)?;
+        Some(format!(
+            "first {what}: rank {rank} in {} ({}); {} of {} ranks",
+            first.span,
+            crate::util::time::utc_readable(first.unix_nanos),
+            hit.len(),
+            self.ranks.len()
+        ))
+    }
+
     /// The job's table; `None` with fewer than two ranks.
     pub fn render(&self) -> Option<String> {
         if self.ranks.len() < 2 {
@@ -123,6 +175,9 @@ impl JobTable {
         let steps = self.shared(Rank::steps);
         if !steps.is_empty() {
             let _ = writeln!(out, "{}", self.steps_line(&steps));
+        }
+        if let Some(line) = self.first_out_of_memory() {
+            let _ = writeln!(out, "{line}");
         }
         Some(out)
     }
@@ -296,5 +351,55 @@ mod tests {
         let rows: Vec<&str> = table.lines().skip(2).collect();
         assert_eq!(rows.len(), 1, "{table}");
         assert!(rows[0].trim_start().starts_with("0 "), "{table}");
+    }
+
+    fn marker(name: &str, unix_nanos: u64, span: &str) -> Marker {
+        Marker {
+            name: name.into(),
+            unix_nanos,
+            span: span.into(),
+            attributes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_first_rank_out_of_memory_is_named_before_any_that_only_came_near() {
+        let mut job = JobTable::default();
+        let seconds = 1_796_014_261_000_000_000;
+        for (rank, markers) in [
+            ("rank-0", vec![marker(event::NEAR_OOM, seconds, "step 3")]),
+            (
+                "rank-1",
+                vec![marker(event::OOM, seconds + 900_000_000, "step 5")],
+            ),
+            (
+                "rank-3",
+                vec![
+                    marker(event::BUDGET_EXCEEDED, seconds, "step 1"),
+                    marker(event::OOM, seconds + 500_000_000, "step 4"),
+                    marker(event::OOM, seconds + 700_000_000, "step 4"),
+                ],
+            ),
+            ("rank-4", Vec::new()),
+        ] {
+            job.add_rank(rank);
+            job.add_markers(&markers);
+        }
+        assert_eq!(
+            job.first_out_of_memory().unwrap(),
+            "first out of memory: rank 3 in step 4 (2026-11-30 04:51:01.500 UTC); 2 of 4 ranks"
+        );
+
+        let mut near = JobTable::default();
+        near.add_rank("rank-0");
+        near.add_rank("rank-1");
+        near.add_markers(&[marker(event::NEAR_OOM, seconds, "epoch 2")]);
+        assert_eq!(
+            near.first_out_of_memory().unwrap(),
+            "first near out of memory: rank 1 in epoch 2 (2026-11-30 04:51:01.000 UTC); 1 of 2 ranks"
+        );
+        near.ranks.pop();
+        near.add_rank("rank-1");
+        assert_eq!(near.first_out_of_memory(), None);
     }
 }

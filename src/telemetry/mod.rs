@@ -327,12 +327,11 @@ impl Inner {
             &settings,
             source.as_deref(),
         )?);
-        let diagnosis =
-            crate::diagnose::Diagnosis::start(diagnose, settings.run_dir()).map_err(|source| {
-                InitError::Thread {
-                    what: "near-OOM recorder",
-                    source,
-                }
+        let board = crate::diagnose::peers::Board::for_run(&settings);
+        let diagnosis = crate::diagnose::Diagnosis::start(diagnose, settings.run_dir(), board)
+            .map_err(|source| InitError::Thread {
+                what: "near-OOM recorder",
+                source,
             })?;
         observers.extend(diagnosis.observers());
         let sampler =

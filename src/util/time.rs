@@ -21,6 +21,14 @@ pub(crate) fn utc_date_time(unix_seconds: u64) -> (String, String) {
     )
 }
 
+/// `2026-12-02 13:02:11.123 UTC`: a moment as a person reads it.
+pub(crate) fn utc_readable(unix_nanos: u64) -> String {
+    jiff::Timestamp::from_nanosecond(i128::from(unix_nanos)).map_or_else(
+        |_| format!("{unix_nanos} ns"),
+        |t| t.strftime("%Y-%m-%d %H:%M:%S%.3f UTC").to_string(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -38,6 +46,14 @@ mod tests {
         assert_eq!(
             super::utc_date_time(1_709_251_199),
             ("20240229".into(), "235959".into())
+        );
+    }
+
+    #[test]
+    fn a_moment_reads_to_the_millisecond() {
+        assert_eq!(
+            super::utc_readable(1_796_014_261_123_456_789),
+            "2026-11-30 04:51:01.123 UTC"
         );
     }
 }

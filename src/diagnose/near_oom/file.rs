@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::ring::Snapshot;
 use crate::diagnose::open_spans::OpenSpan;
+use crate::diagnose::peers::{Alarm, Board};
 
 /// What one finding writes: everything the file says, owned, so that the writer thread
 /// builds the JSON.
@@ -28,6 +29,8 @@ pub(super) struct Job {
     pub(super) open: Vec<OpenSpan>,
     /// Shared by the findings of one tick.
     pub(super) ring: Arc<Snapshot>,
+    /// What the job's other ranks are told, in a job of several.
+    pub(super) alarm: Option<Alarm>,
     /// The warning line printed once the file is written.
     pub(super) warning: String,
     pub(super) done: Option<SyncSender<()>>,
@@ -129,8 +132,19 @@ pub(super) struct DeviceColumn<'a> {
     pub(super) limit: Option<u64>,
 }
 
-pub(super) fn write_jobs(jobs: &Receiver<Job>) {
+/// Writes each job's file; first, in a job of several ranks, its alarm, which the other
+/// ranks are waiting to read.
+pub(super) fn write_jobs(jobs: &Receiver<Job>, board: Option<&Board>) {
     for job in jobs {
+        if let (Some(board), Some(alarm)) = (board, &job.alarm) {
+            if let Err(error) = board.post(alarm) {
+                eprintln!(
+                    "gpuspan: warning: cannot tell the job's other ranks (alarm of rank {}): \
+                     {error}",
+                    alarm.rank
+                );
+            }
+        }
         match write_job(&job) {
             Ok(()) => eprintln!("{}", job.warning),
             Err(error) => eprintln!(

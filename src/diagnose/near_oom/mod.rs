@@ -26,6 +26,7 @@ use ring::{rise_start, Ring, Snapshot};
 
 use super::counts::Counts;
 use super::open_spans::{OpenSpan, OpenSpans};
+use super::peers::{Alarm, Board};
 use crate::names::{attribute as attr, event};
 use crate::timeline::{Tick, TickObserver};
 use crate::util::sync::lock;
@@ -57,6 +58,8 @@ pub(crate) struct Recorder {
     counts: Arc<Counts>,
     /// Files written so far, to keep names unique within a millisecond.
     written: AtomicU64,
+    /// The job's alarm board, where a finding tells the other ranks (a job of several).
+    board: Option<Board>,
 }
 
 /// Recorders of the running telemetries, for [`record_oom`] and the panic hook.
@@ -70,14 +73,16 @@ impl Recorder {
         run_dir: PathBuf,
         open_spans: Arc<OpenSpans>,
         counts: Arc<Counts>,
+        board: Option<Board>,
     ) -> std::io::Result<Arc<Self>> {
         let (sender, receiver) = mpsc::sync_channel::<Job>(8);
+        let posting = board.clone();
         let thread = std::thread::Builder::new()
             .name("gpuspan-near-oom".into())
             .spawn(move || {
                 // Writing a window of JSON takes a while: the sampler comes first.
                 crate::background::lowest_priority();
-                write_jobs(&receiver);
+                write_jobs(&receiver, posting.as_ref());
             })?;
         let recorder = Arc::new(Self {
             ring: Mutex::new(Ring::new(
@@ -92,6 +97,7 @@ impl Recorder {
             thread: Mutex::new(Some(thread)),
             counts,
             written: AtomicU64::new(0),
+            board,
         });
         let mut recorders = lock(&RECORDERS);
         recorders.retain(|r| r.strong_count() > 0);
@@ -154,6 +160,28 @@ impl Recorder {
                 false,
             );
         }
+    }
+
+    /// Another rank's alarm, read at `unix_nanos`: its event waits for the span open then.
+    pub(crate) fn peer_found(&self, unix_nanos: u64, attributes: Vec<KeyValue>) {
+        let counter = self.counts.slot(event::PEER_OOM, &attributes);
+        self.wait_for_span(PendingEvent {
+            name: event::PEER_OOM,
+            unix_nanos,
+            attributes,
+        });
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn wait_for_span(&self, event: PendingEvent) {
+        let mut pending = self.pending();
+        // A finding no exported span covers (none was open) waits for nothing: keep few.
+        if pending.len() >= MAX_PENDING {
+            pending.remove(0);
+        }
+        pending.push(event);
     }
 
     /// The program ran out of memory: record it on the fullest device and wait (up to a
@@ -231,18 +259,23 @@ impl Recorder {
             attributes.push(KeyValue::new(attr::EXCEPTION_MESSAGE, message.to_owned()));
         }
         attributes.push(KeyValue::new(attr::GPU_MEMORY_TIMELINE, name.clone()));
+        let alarm = self.board.as_ref().map(|board| Alarm {
+            rank: board.rank(),
+            host: board.host(),
+            event: event.to_owned(),
+            time_unix_nano: unix_nanos,
+            gpu_index: self.device_index(device),
+            epoch: innermost_index(&open, attr::ML_EPOCH),
+            step: innermost_index(&open, attr::ML_STEP),
+            peak: ring.peak(device),
+            limit,
+        });
         let counter = self.counts.slot(event, &attributes);
-        let mut pending = self.pending();
-        // A finding no exported span covers (none was open) waits for nothing: keep few.
-        if pending.len() >= MAX_PENDING {
-            pending.remove(0);
-        }
-        pending.push(PendingEvent {
+        self.wait_for_span(PendingEvent {
             name: event,
             unix_nanos,
             attributes,
         });
-        drop(pending);
         if let Some(counter) = counter {
             counter.fetch_add(1, Ordering::Relaxed);
         }
@@ -283,6 +316,7 @@ impl Recorder {
             rise_span: rise_span.as_ref().map(OpenSpan::label),
             open,
             ring: Arc::clone(ring),
+            alarm,
             done,
         };
         let sent = lock(&self.writer)
@@ -329,6 +363,13 @@ impl Recorder {
 
 fn clamp(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The index (`ml.epoch` or `ml.step`) of the innermost open span that has one.
+fn innermost_index(open: &[OpenSpan], key: &str) -> Option<i64> {
+    open.iter()
+        .rev()
+        .find_map(|s| s.index.filter(|(k, _)| *k == key).map(|(_, i)| i))
 }
 
 /// Keeps the ring on the sampler thread.
@@ -456,6 +497,7 @@ mod tests {
             dir.path().to_path_buf(),
             Arc::default(),
             Arc::default(),
+            None,
         )
         .expect("the writer starts");
         let job = Job {
@@ -472,6 +514,7 @@ mod tests {
             rise_span: None,
             open: Vec::new(),
             ring: Arc::default(),
+            alarm: None,
             warning: "written".into(),
             done: None,
         };

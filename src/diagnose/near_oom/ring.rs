@@ -109,6 +109,11 @@ impl Snapshot {
         self.column(device).last().copied().flatten()
     }
 
+    /// The highest figure of `device` in the window.
+    pub(super) fn peak(&self, device: usize) -> Option<u64> {
+        self.column(device).iter().flatten().copied().max()
+    }
+
     pub(super) fn total(&self, device: usize) -> Option<u64> {
         self.totals.get(device).copied().flatten()
     }

@@ -1,0 +1,330 @@
+//! The ranks of one job tell each other when one runs out of memory. A rank whose OOM or
+//! near-OOM the recorder finds posts an alarm file to the job's directory (`alarms/` beside
+//! the ranks' `rank-<n>` directories); every other rank's watcher thread reads it within a
+//! poll and puts `gpu.memory.peer_oom` on its open span, with one line on stderr. A rank
+//! that then waits in a collective for the rank that died is thereby told why.
+//!
+//! No server: the job's directory is shared by the ranks of one node, and by every node
+//! when the run directory is on a shared file system.
+//!
+//! Threading: alarms are posted from the near-OOM recorder's writer thread and read on
+//! `gpuspan-peers`, which polls the directory ten times a second; neither touches the
+//! training thread or the sampler.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use serde::{Deserialize, Serialize};
+
+use super::near_oom::Recorder;
+use crate::config::Settings;
+use crate::names::{attribute as attr, event};
+use crate::util::bytes;
+
+/// How often a watcher reads the job's alarms: well inside the second a peer is told in.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The folder of the job's directory the alarms go to.
+pub(crate) const ALARMS_DIR: &str = "alarms";
+
+/// What a rank posts when it runs out of memory, or comes near.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Alarm {
+    pub(crate) rank: i64,
+    pub(crate) host: Option<String>,
+    /// `gpu.memory.oom` or `gpu.memory.near_oom`.
+    pub(crate) event: String,
+    pub(crate) time_unix_nano: u64,
+    pub(crate) gpu_index: i64,
+    pub(crate) epoch: Option<i64>,
+    pub(crate) step: Option<i64>,
+    /// The highest device memory in use over the recorder's window, in bytes.
+    pub(crate) peak: Option<u64>,
+    pub(crate) limit: Option<u64>,
+}
+
+impl Alarm {
+    /// `rank 3 (node-b) ran out of memory at step 12 of epoch 1 (gpu 3: 79.6 GiB of 80 GiB)`.
+    fn describe(&self) -> String {
+        let mut line = format!("rank {}", self.rank);
+        if let Some(host) = &self.host {
+            line.push_str(&format!(" ({host})"));
+        }
+        line.push_str(if self.event == event::OOM {
+            " ran out of device memory"
+        } else {
+            " came near the end of its device memory"
+        });
+        match (self.step, self.epoch) {
+            (Some(step), Some(epoch)) => {
+                line.push_str(&format!(" at step {step} of epoch {epoch}"))
+            }
+            (Some(step), None) => line.push_str(&format!(" at step {step}")),
+            (None, Some(epoch)) => line.push_str(&format!(" in epoch {epoch}")),
+            (None, None) => {}
+        }
+        line.push_str(&format!(" (gpu {}", self.gpu_index));
+        if let Some(peak) = self.peak {
+            line.push_str(&format!(": {} peak", human(peak)));
+            if let Some(limit) = self.limit {
+                line.push_str(&format!(" of {}", human(limit)));
+            }
+        }
+        line.push(')');
+        line
+    }
+
+    /// The `gpu.memory.peer_oom` event's attributes.
+    fn attributes(&self) -> Vec<KeyValue> {
+        let mut attributes = vec![
+            KeyValue::new(attr::ML_RANK, self.rank),
+            KeyValue::new(attr::GPU_MEMORY_PEER_FINDING, self.event.clone()),
+            KeyValue::new(attr::GPU_INDEX, self.gpu_index),
+        ];
+        attributes.extend(self.host.clone().map(|h| KeyValue::new(attr::HOST_NAME, h)));
+        attributes.extend(self.epoch.map(|e| KeyValue::new(attr::ML_EPOCH, e)));
+        attributes.extend(self.step.map(|s| KeyValue::new(attr::ML_STEP, s)));
+        attributes.extend(
+            self.peak
+                .map(|p| KeyValue::new(attr::GPU_MEMORY_PEAK, clamp(p))),
+        );
+        attributes.extend(
+            self.limit
+                .map(|l| KeyValue::new(attr::GPU_MEMORY_LIMIT, clamp(l))),
+        );
+        attributes
+    }
+}
+
+fn clamp(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn human(value: u64) -> String {
+    bytes::human(clamp(value))
+}
+
+/// One rank's place on its job's alarm board.
+#[derive(Debug, Clone)]
+pub(crate) struct Board {
+    dir: PathBuf,
+    rank: i64,
+    host: Option<String>,
+}
+
+impl Board {
+    /// The board of a job of several ranks: `<run root>/<run id>/alarms`; `None` for a
+    /// run of one process.
+    pub(crate) fn for_run(settings: &Settings) -> Option<Self> {
+        let rank = settings.rank.rank?;
+        if settings.rank.world_size? < 2 {
+            return None;
+        }
+        Some(Self {
+            dir: settings.run_root.join(&settings.run_id).join(ALARMS_DIR),
+            rank,
+            host: crate::resource::host_name(),
+        })
+    }
+
+    pub(crate) fn rank(&self) -> i64 {
+        self.rank
+    }
+
+    pub(crate) fn host(&self) -> Option<String> {
+        self.host.clone()
+    }
+
+    /// Posts `alarm` as `rank-<rank>-<time>.json`, written aside and renamed into place
+    /// so that a watcher never reads half of it.
+    pub(crate) fn post(&self, alarm: &Alarm) -> std::io::Result<PathBuf> {
+        std::fs::create_dir_all(&self.dir)?;
+        let name = format!("rank-{}-{}.json", alarm.rank, alarm.time_unix_nano);
+        let path = self.dir.join(&name);
+        let aside = self.dir.join(format!(".{name}.tmp"));
+        let text = serde_json::to_string(alarm).map_err(std::io::Error::other)?;
+        std::fs::write(&aside, text + "\n")?;
+        std::fs::rename(&aside, &path)?;
+        Ok(path)
+    }
+
+    fn own(&self, name: &str) -> bool {
+        name.starts_with(&format!("rank-{}-", self.rank))
+    }
+}
+
+fn is_alarm(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|n| n.starts_with("rank-") && n.ends_with(".json"))
+}
+
+/// What a watcher has read so far.
+struct Seen {
+    board: Board,
+    /// Alarms older than this (an earlier attempt of the job with the same id) are old news.
+    since_unix_nanos: u64,
+    files: HashSet<OsString>,
+    /// `(rank, event)` pairs already told on stderr: one line each.
+    told: HashSet<(i64, String)>,
+}
+
+impl Seen {
+    /// The other ranks' alarms posted since the last poll.
+    fn poll(&mut self) -> Vec<Alarm> {
+        let Ok(entries) = std::fs::read_dir(&self.board.dir) else {
+            return Vec::new();
+        };
+        let mut fresh = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if !is_alarm(&name) || self.files.contains(&name) {
+                continue;
+            }
+            if name.to_str().is_some_and(|n| self.board.own(n)) {
+                self.files.insert(name);
+                continue;
+            }
+            let Ok(text) = std::fs::read(entry.path()) else {
+                continue;
+            };
+            self.files.insert(name);
+            match serde_json::from_slice::<Alarm>(&text) {
+                Ok(alarm) if alarm.time_unix_nano >= self.since_unix_nanos => fresh.push(alarm),
+                Ok(_) => {}
+                Err(error) => eprintln!(
+                    "gpuspan: warning: cannot read the alarm {}: {error}",
+                    entry.path().display()
+                ),
+            }
+        }
+        fresh.sort_by_key(|a| a.time_unix_nano);
+        fresh
+    }
+
+    fn tell(&mut self, alarm: &Alarm) {
+        if self.told.insert((alarm.rank, alarm.event.clone())) {
+            eprintln!(
+                "gpuspan: warning: {}; rank {} may now wait for it in a collective",
+                alarm.describe(),
+                self.board.rank
+            );
+        }
+    }
+}
+
+/// The thread that reads the other ranks' alarms; stops when dropped.
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    stop: Mutex<Option<Sender<()>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Watcher {
+    /// Starts `gpuspan-peers`, which puts each alarm of another rank on `recorder`'s
+    /// pending events.
+    pub(crate) fn start(board: Board, recorder: Arc<Recorder>) -> std::io::Result<Self> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let mut seen = Seen {
+            board,
+            since_unix_nanos: crate::util::time::unix_nanos(std::time::SystemTime::now()),
+            files: HashSet::new(),
+            told: HashSet::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("gpuspan-peers".into())
+            .spawn(move || {
+                crate::background::silence_tracing();
+                loop {
+                    for alarm in seen.poll() {
+                        seen.tell(&alarm);
+                        let now = crate::util::time::unix_nanos(std::time::SystemTime::now());
+                        recorder.peer_found(now, alarm.attributes());
+                    }
+                    match stopped.recv_timeout(POLL) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            })?;
+        Ok(Self {
+            stop: Mutex::new(Some(stop)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Reads the board once more and stops the thread.
+    pub(crate) fn stop(&self) {
+        crate::util::sync::lock(&self.stop).take();
+        if let Some(thread) = crate::util::sync::lock(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn board(dir: &Path, rank: i64) -> Board {
+        Board {
+            dir: dir.join(ALARMS_DIR),
+            rank,
+            host: Some("node-a".into()),
+        }
+    }
+
+    fn alarm(rank: i64, time_unix_nano: u64) -> Alarm {
+        Alarm {
+            rank,
+            host: Some("node-a".into()),
+            event: event::OOM.into(),
+            time_unix_nano,
+            gpu_index: rank,
+            epoch: Some(1),
+            step: Some(12),
+            peak: Some(80 << 30),
+            limit: Some(80 << 30),
+        }
+    }
+
+    #[test]
+    fn a_watcher_reads_each_other_ranks_alarm_once_and_never_its_own_or_old_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut seen = Seen {
+            board: board(dir.path(), 0),
+            since_unix_nanos: 1_000,
+            files: HashSet::new(),
+            told: HashSet::new(),
+        };
+        assert!(seen.poll().is_empty(), "no board yet");
+        board(dir.path(), 3).post(&alarm(3, 2_000)).unwrap();
+        board(dir.path(), 0).post(&alarm(0, 2_500)).unwrap();
+        board(dir.path(), 5).post(&alarm(5, 500)).unwrap();
+        assert_eq!(seen.poll(), vec![alarm(3, 2_000)]);
+        assert!(seen.poll().is_empty());
+        board(dir.path(), 2).post(&alarm(2, 3_000)).unwrap();
+        assert_eq!(seen.poll(), vec![alarm(2, 3_000)]);
+    }
+
+    #[test]
+    fn an_alarm_says_which_rank_ran_out_where_and_how_full_it_was() {
+        assert_eq!(
+            alarm(3, 1).describe(),
+            "rank 3 (node-a) ran out of device memory at step 12 of epoch 1 \
+             (gpu 3: 80.0 GiB peak of 80.0 GiB)"
+        );
+    }
+}
