@@ -22,9 +22,12 @@ enum Command {
     /// Prints the per-epoch table of a run directory (default: the newest run in
     /// $GPUSPAN_RUN_DIR or gpuspan-runs), or draws it as a page or a picture.
     Report {
-        /// A run directory, or a directory of runs (its newest run is shown).
+        /// A run directory, a job's directory (a rank-<r> run per rank), or a directory of
+        /// runs (its newest run is shown).
         dir: Option<PathBuf>,
-        /// Writes a self-contained HTML page (default: report.html in the run directory).
+        /// Writes a self-contained HTML page (default: report.html in the run directory; for
+        /// a job, the job's page with a lane per rank in the job's directory, and each
+        /// rank's own page in its directory).
         #[arg(long, num_args = 0..=1, value_name = "FILE")]
         html: Option<Option<PathBuf>>,
         /// Writes the picture as SVG.
@@ -354,27 +357,13 @@ fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), CommandError>
     let dir = dir.unwrap_or_else(runlog::default_run_root);
     let runs = runs_in(&dir)?;
     if pictures.html.is_some() || pictures.svg.is_some() || pictures.png.is_some() {
-        let named = pictures.html.as_ref().is_some_and(Option::is_some)
-            || pictures.svg.is_some()
-            || pictures.png.is_some();
-        if runs.len() > 1 && named {
-            return Err(CommandError::SeveralRanks {
-                ranks: runs.len(),
-                first: runs[0].clone(),
-                dir,
-            });
-        }
-        for run in &runs {
-            draw(run, pictures)?;
-        }
-        return Ok(());
+        let [run] = runs.as_slice() else {
+            return draw_job(&dir, &runs, pictures);
+        };
+        return draw(run, pictures);
     }
-    let mut job = runlog::ranks::JobTable::default();
-    for run in &runs {
-        let name = run.file_name().map(|n| n.to_string_lossy().into_owned());
-        job.add_rank(name.as_deref().unwrap_or("?"));
-        let (summary, markers) = runlog::read_run_and(run, |record| job.add_span(&record))?;
-        job.add_markers(&markers);
+    let (summaries, job) = runlog::ranks::read_job(&runs)?;
+    for (run, summary) in runs.iter().zip(&summaries) {
         println!("{}", run.display());
         print!("{}", summary.render());
         // A note beside the table (stderr), not a row of it.
@@ -384,6 +373,39 @@ fn report(dir: Option<PathBuf>, pictures: &Pictures) -> Result<(), CommandError>
     }
     if let Some(table) = job.render() {
         print!("{table}");
+    }
+    Ok(())
+}
+
+/// The pages of a job of several ranks: the job's (a lane per rank), then each rank's own in
+/// its directory. A named SVG or PNG draws one run, so it needs one rank's directory.
+fn draw_job(dir: &Path, runs: &[PathBuf], pictures: &Pictures) -> Result<(), CommandError> {
+    if pictures.svg.is_some() || pictures.png.is_some() {
+        return Err(CommandError::SeveralRanks {
+            ranks: runs.len(),
+            first: runs.first().cloned().unwrap_or_default(),
+            dir: dir.to_path_buf(),
+        });
+    }
+    let (_, job) = runlog::ranks::read_job(runs)?;
+    let name = dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let path = pictures
+        .html
+        .clone()
+        .flatten()
+        .unwrap_or_else(|| dir.join("report.html"));
+    write(&path, crate::report::job_html(&job, &name).as_bytes())?;
+    let own = Pictures {
+        html: Some(None),
+        svg: None,
+        png: None,
+        width: pictures.width,
+    };
+    for run in runs {
+        draw(run, &own)?;
     }
     Ok(())
 }

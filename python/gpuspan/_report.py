@@ -1,5 +1,6 @@
-"""``gpuspan.report(run_dir)``: a run directory's per-epoch table, for a terminal
-(``repr``) and for Jupyter (``_repr_html_``)."""
+"""``gpuspan.report(run_dir)``: a run directory's per-epoch table, and on a job's directory
+the job's table across its ranks, for a terminal (``repr``) and for Jupyter
+(``_repr_html_``)."""
 
 import html
 import os
@@ -11,10 +12,15 @@ _MIB = 1024 * 1024
 
 class Report:
     """The runs read from a run directory: ``runs`` is a list of
-    ``(path, table, source, epochs)``, ``epochs`` one dict per epoch."""
+    ``(path, table, source, epochs)``, ``epochs`` one dict per epoch. On a job of several
+    ranks, ``job`` holds the job's figures, as ``gpuspan report`` prints them: ``ranks``,
+    ``epochs`` (per epoch ``worst_rank``, ``worst_peak``, ``lowest_peak``, ``skew``,
+    ``slowest_rank``, ``slowest_seconds``), ``steps`` and ``first_oom`` (lines or ``None``)
+    and ``table``; else ``None``."""
 
-    def __init__(self, runs):
+    def __init__(self, runs, job=None):
         self.runs = runs
+        self.job = job
 
     @property
     def epochs(self):
@@ -22,7 +28,8 @@ class Report:
         return [row for _, _, _, rows in self.runs for row in rows]
 
     def __repr__(self):
-        return "\n".join(f"{path}\n{table}" for path, table, _, _ in self.runs)
+        text = "\n".join(f"{path}\n{table}" for path, table, _, _ in self.runs)
+        return text + (self.job["table"] if self.job else "")
 
     def _repr_html_(self):
         parts = []
@@ -50,7 +57,36 @@ class Report:
                 )
             lines.append("</tbody></table>")
             parts.append("\n".join(lines))
+        if self.job:
+            parts.append(_job_html(self.job))
         return "\n".join(parts)
+
+
+def _job_html(job):
+    head = ["epoch", "worst rank", "worst peak (MiB)", "lowest peak (MiB)", "skew",
+            "slowest rank", "slowest (s)"]
+    lines = [
+        f"<p>job of {len(job['ranks'])} ranks</p>",
+        "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + "</tr></thead><tbody>",
+    ]
+    for row in job["epochs"]:
+        skew = row["skew"]
+        cells = [
+            str(row["epoch"]),
+            row["worst_rank"] or "-",
+            _mib(row["worst_peak"]),
+            _mib(row["lowest_peak"]),
+            "-" if skew is None else f"{100 * skew:.1f} %",
+            row["slowest_rank"],
+            f"{row['slowest_seconds']:.2f}",
+        ]
+        lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    lines.append("</tbody></table>")
+    for line in (job["steps"], job["first_oom"]):
+        if line:
+            lines.append(f"<p>{html.escape(line)}</p>")
+    return "\n".join(lines)
 
 
 def _mib(value):
@@ -63,4 +99,5 @@ def report(run_dir=None):
     when it holds no run."""
     if run_dir is None:
         run_dir = os.environ.get("GPUSPAN_RUN_DIR") or "gpuspan-runs"
-    return Report(_native.read_run(os.fspath(run_dir)))
+    runs, job = _native.read_run(os.fspath(run_dir))
+    return Report(runs, job)

@@ -9,6 +9,7 @@
 
 mod envelope;
 mod html;
+mod job;
 #[cfg(feature = "png")]
 mod png;
 mod run;
@@ -24,6 +25,7 @@ pub use crate::timeline::file::{
     TIMELINE_FILE,
 };
 pub use html::html;
+pub use job::job_html;
 #[cfg(feature = "png")]
 pub use png::{png, png_base64};
 pub use run::Run;

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
 use crate::config::RANK_DIR_PREFIX;
 use crate::diagnose::Marker;
@@ -13,33 +14,53 @@ use crate::names::event;
 use crate::record::{Role, SpanRecord};
 use crate::util::bytes::human;
 
+/// Reads each run in `runs` once (the ranks of a job, or one run): each run's own summary,
+/// in order, and the job's table over them.
+///
+/// # Errors
+/// A run's `traces.jsonl` cannot be opened or read.
+pub fn read_job(runs: &[PathBuf]) -> std::io::Result<(Vec<super::RunSummary>, JobTable)> {
+    let mut job = JobTable::default();
+    let mut summaries = Vec::with_capacity(runs.len());
+    for run in runs {
+        let name = run.file_name().map(|n| n.to_string_lossy().into_owned());
+        job.add_rank(name.as_deref().unwrap_or("?"));
+        let (summary, markers) = super::read_run_and(run, |record| job.add_span(&record))?;
+        job.add_markers(&markers);
+        summaries.push(summary);
+    }
+    Ok((summaries, job))
+}
+
 /// One rank's figures of one epoch or step: its peak device memory and its wall time.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Figures {
-    peak: Option<i64>,
-    seconds: f64,
+pub struct RankFigures {
+    /// `gpu.memory.peak`, in bytes.
+    pub peak: Option<i64>,
+    /// The span's wall time.
+    pub seconds: f64,
 }
 
 /// A step by its epoch (when its parent span is one: a loop that counts steps from 0 in
 /// every epoch) and its `ml.step`.
-type StepKey = (Option<i64>, i64);
+pub type StepKey = (Option<i64>, i64);
 
 /// One rank's run.
 #[derive(Debug, Default)]
 struct Rank {
     name: String,
-    epochs: BTreeMap<i64, Figures>,
+    epochs: BTreeMap<i64, RankFigures>,
     /// The epochs' span ids, to place the steps.
     epoch_spans: HashMap<[u8; 8], i64>,
     /// Steps as read: their parent span, `ml.step`, figures.
-    steps: Vec<(Option<[u8; 8]>, i64, Figures)>,
+    steps: Vec<(Option<[u8; 8]>, i64, RankFigures)>,
     /// The rank's first out-of-memory error and first near-OOM crossing.
     first_oom: Option<Marker>,
     first_near_oom: Option<Marker>,
 }
 
 impl Rank {
-    fn steps(&self) -> BTreeMap<StepKey, Figures> {
+    fn steps(&self) -> BTreeMap<StepKey, RankFigures> {
         self.steps
             .iter()
             .map(|&(parent, step, figures)| {
@@ -57,14 +78,16 @@ pub struct JobTable {
 }
 
 /// The ranks' figures of one epoch or step index.
-struct Across {
-    /// `(rank name, peak)` of the highest peak.
-    worst: Option<(String, i64)>,
-    lowest: Option<i64>,
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRow {
+    /// `(rank, peak)` of the highest peak.
+    pub worst: Option<(String, i64)>,
+    /// The lowest peak.
+    pub lowest: Option<i64>,
     /// (max - min) / max of the peaks, with two peaks or more.
-    skew: Option<f64>,
-    /// `(rank name, seconds)` of the longest.
-    slowest: (String, f64),
+    pub skew: Option<f64>,
+    /// `(rank, seconds)` of the longest.
+    pub slowest: (String, f64),
 }
 
 impl JobTable {
@@ -86,7 +109,7 @@ impl JobTable {
         let Some(rank) = self.ranks.last_mut() else {
             return;
         };
-        let figures = Figures {
+        let figures = RankFigures {
             peak: record.gpu.map(|m| m.peak),
             seconds: record.seconds(),
         };
@@ -146,6 +169,32 @@ impl JobTable {
         ))
     }
 
+    /// The ranks, as added (`3` for `rank-3`).
+    pub fn ranks(&self) -> Vec<&str> {
+        self.ranks.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    /// Every epoch all ranks ran, across the ranks.
+    pub fn epochs(&self) -> BTreeMap<i64, JobRow> {
+        self.shared(|rank| rank.epochs.clone())
+    }
+
+    /// Every step all ranks ran, across the ranks.
+    pub fn steps(&self) -> BTreeMap<StepKey, JobRow> {
+        self.shared(Rank::steps)
+    }
+
+    /// Each rank's steps, in the order of [`ranks`](Self::ranks).
+    pub fn steps_by_rank(&self) -> Vec<BTreeMap<StepKey, RankFigures>> {
+        self.ranks.iter().map(Rank::steps).collect()
+    }
+
+    /// The line on the steps every rank ran (see the table); `None` without any.
+    pub fn steps_summary(&self) -> Option<String> {
+        let steps = self.steps();
+        (!steps.is_empty()).then(|| self.steps_line(&steps))
+    }
+
     /// The job's table; `None` with fewer than two ranks.
     pub fn render(&self) -> Option<String> {
         if self.ranks.len() < 2 {
@@ -157,8 +206,7 @@ impl JobTable {
             "{:>5}  {:>10}  {:>10}  {:>11}  {:>6}  {:>12}  {:>8}",
             "epoch", "worst rank", "worst peak", "lowest peak", "skew", "slowest rank", "slowest"
         );
-        let epochs = self.shared(|rank| rank.epochs.clone());
-        for (epoch, row) in &epochs {
+        for (epoch, row) in &self.epochs() {
             let (worst_rank, worst_peak) = row
                 .worst
                 .as_ref()
@@ -172,9 +220,8 @@ impl JobTable {
                 format!("{:.2} s", row.slowest.1),
             );
         }
-        let steps = self.shared(Rank::steps);
-        if !steps.is_empty() {
-            let _ = writeln!(out, "{}", self.steps_line(&steps));
+        if let Some(line) = self.steps_summary() {
+            let _ = writeln!(out, "{line}");
         }
         if let Some(line) = self.first_out_of_memory() {
             let _ = writeln!(out, "{line}");
@@ -185,15 +232,15 @@ impl JobTable {
     /// The figures of every index (epoch or step) all ranks have, across the ranks.
     fn shared<K: Ord + Clone>(
         &self,
-        of: impl Fn(&Rank) -> BTreeMap<K, Figures>,
-    ) -> BTreeMap<K, Across> {
-        let tables: Vec<BTreeMap<K, Figures>> = self.ranks.iter().map(&of).collect();
+        of: impl Fn(&Rank) -> BTreeMap<K, RankFigures>,
+    ) -> BTreeMap<K, JobRow> {
+        let tables: Vec<BTreeMap<K, RankFigures>> = self.ranks.iter().map(&of).collect();
         let mut rows = BTreeMap::new();
         let Some(first) = tables.first() else {
             return rows;
         };
         for index in first.keys() {
-            let figures: Option<Vec<(&str, Figures)>> = self
+            let figures: Option<Vec<(&str, RankFigures)>> = self
                 .ranks
                 .iter()
                 .zip(&tables)
@@ -209,7 +256,7 @@ impl JobTable {
     /// `steps: 120 on every rank; the widest skew at step 57 (40.0 %, rank 3 at 14.0 GiB);
     /// the highest peak most often on rank 3 (100 of 120); the slowest most often rank 1
     /// (80 of 120)`.
-    fn steps_line(&self, steps: &BTreeMap<StepKey, Across>) -> String {
+    fn steps_line(&self, steps: &BTreeMap<StepKey, JobRow>) -> String {
         let mut line = format!("steps: {} on every rank", steps.len());
         let widest = steps
             .iter()
@@ -227,7 +274,7 @@ impl JobTable {
                 human(*peak)
             );
         }
-        let most = |pick: &dyn Fn(&Across) -> Option<String>| {
+        let most = |pick: &dyn Fn(&JobRow) -> Option<String>| {
             let mut counts: BTreeMap<String, usize> = BTreeMap::new();
             for row in steps.values() {
                 if let Some(rank) = pick(row) {
@@ -257,7 +304,7 @@ impl JobTable {
 }
 
 /// One index's figures across the ranks: ties go to the rank listed first.
-fn across(figures: &[(&str, Figures)]) -> Across {
+fn across(figures: &[(&str, RankFigures)]) -> JobRow {
     let peaks: Vec<(&str, i64)> = figures
         .iter()
         .filter_map(|(rank, f)| Some((*rank, f.peak?)))
@@ -282,7 +329,7 @@ fn across(figures: &[(&str, Figures)]) -> Across {
             _ => Some((rank, f.seconds)),
         })
         .map_or((String::new(), 0.0), |(r, s)| (r.to_owned(), s));
-    Across {
+    JobRow {
         worst: worst.map(|(r, p)| (r.to_owned(), p)),
         lowest,
         skew,
@@ -316,8 +363,8 @@ mod tests {
         SpanRecord::from_otlp(&span)
     }
 
-    fn figures(peak: Option<i64>, seconds: f64) -> Figures {
-        Figures { peak, seconds }
+    fn figures(peak: Option<i64>, seconds: f64) -> RankFigures {
+        RankFigures { peak, seconds }
     }
 
     #[test]
