@@ -1,6 +1,7 @@
 //! The collector built from the official Go modules accepts every example configuration that
-//! uses only its components (collector/otelcol.yaml alone and with each overlay, and
-//! collector/gateway.yaml), as `otelcol validate` checks them: every component known, every
+//! uses only its components (collector/otelcol.yaml alone and with each overlay,
+//! collector/agent.yaml and collector/gateway.yaml), as `otelcol validate` checks them: every
+//! component known, every
 //! setting and every processor statement valid. A configuration with a broken transform
 //! statement is refused, naming it, so the check is not vacuous.
 
@@ -16,6 +17,8 @@ const ENV: &[(&str, &str)] = &[
     ("WANDB_API_KEY", "key"),
     ("WANDB_ENTITY", "team"),
     ("WANDB_PROJECT", "project"),
+    ("GATEWAY_ENDPOINT", "127.0.0.1:4317"),
+    ("NODE_NAME", "node-a"),
 ];
 
 fn validate(configs: &[PathBuf]) -> Output {
@@ -42,6 +45,7 @@ fn every_example_configuration_is_valid() {
         &["otelcol.yaml", "otelcol.mlflow.yaml"],
         &["otelcol.yaml", "otelcol.weave.yaml"],
         &["otelcol.yaml", "otelcol.mlflow.yaml", "otelcol.weave.yaml"],
+        &["agent.yaml"],
         &["gateway.yaml"],
     ];
     for names in combinations {

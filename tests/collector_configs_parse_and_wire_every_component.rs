@@ -276,11 +276,15 @@ fn the_default_configuration_sends_to_jaeger_tempo_and_prometheus_only() {
 #[test]
 fn the_agent_listens_on_loopback_and_forwards_to_the_gateway() {
     let agent = load("agent.yaml");
-    for protocol in ["grpc", "http"] {
-        let endpoint = agent["receivers"]["otlp"]["protocols"][protocol]["endpoint"]
-            .as_str()
-            .unwrap();
-        assert!(endpoint.starts_with("127.0.0.1:"), "{protocol}: {endpoint}");
+    for (protocol, variable, default) in [
+        ("grpc", "OTLP_GRPC_LISTEN", "127.0.0.1:4317"),
+        ("http", "OTLP_HTTP_LISTEN", "127.0.0.1:4318"),
+    ] {
+        assert_eq!(
+            agent["receivers"]["otlp"]["protocols"][protocol]["endpoint"],
+            format!("${{env:{variable}:-{default}}}").as_str(),
+            "{protocol}: on loopback unless told"
+        );
     }
     assert_eq!(
         agent["exporters"]["otlp/gateway"]["endpoint"],
@@ -344,4 +348,21 @@ fn promtool_accepts_the_prometheus_configuration() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A gRPC receiver takes 4 MiB per request by default (the next collector's, Jaeger's,
+/// Tempo's) and refuses a larger one whole: a batch processor without a cap would lose a
+/// burst of spans (`cargo bench --bench agent_gateway` lost 25,000 of 30,000 that way).
+#[test]
+fn every_batch_is_capped_well_under_a_grpc_request_limit() {
+    for file in ["otelcol.yaml", "agent.yaml", "gateway.yaml"] {
+        let config = load(file);
+        let batch = &config["processors"]["batch"];
+        let size = batch["send_batch_size"].as_u64();
+        let cap = batch["send_batch_max_size"].as_u64();
+        assert!(
+            cap.is_some_and(|c| c <= 2048) && size <= cap,
+            "{file}: batch {size:?}, at most {cap:?}: cap it at 2,048 spans or fewer"
+        );
+    }
 }

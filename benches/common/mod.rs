@@ -79,6 +79,17 @@ pub fn thread_cpu(tid: i32) -> Option<Duration> {
     })
 }
 
+/// User plus system CPU time of process `pid` so far, from `/proc/<pid>/stat`.
+pub fn pid_cpu(pid: u32) -> Duration {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
+    let rest = &stat[stat.rfind(')').expect("stat has a comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_nanos(ticks * 1_000_000_000 / hz)
+}
+
 /// Ids of the threads of this process whose name (`comm`) is `name`.
 pub fn threads_named(name: &str) -> Vec<i32> {
     let mut tids = Vec::new();

@@ -126,7 +126,10 @@ impl Diagnosis {
             board.clone(),
         )?;
         let peers = board
-            .map(|board| peers::Watcher::start(board, Arc::clone(&recorder)))
+            .map(|board| {
+                let recorder = Arc::clone(&recorder);
+                peers::Watcher::start(board, move |now, event| recorder.peer_found(now, event))
+            })
             .transpose()?;
         Ok(Self {
             settings,

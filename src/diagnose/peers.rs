@@ -15,14 +15,13 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use serde::{Deserialize, Serialize};
 
-use super::near_oom::Recorder;
 use crate::config::Settings;
 use crate::names::{attribute as attr, event};
 use crate::util::bytes;
@@ -226,9 +225,12 @@ pub(crate) struct Watcher {
 }
 
 impl Watcher {
-    /// Starts `gpuspan-peers`, which puts each alarm of another rank on `recorder`'s
-    /// pending events.
-    pub(crate) fn start(board: Board, recorder: Arc<Recorder>) -> std::io::Result<Self> {
+    /// Starts `gpuspan-peers`, which hands each alarm of another rank to `told`: the time
+    /// it was read and the `gpu.memory.peer_oom` event's attributes.
+    pub(crate) fn start(
+        board: Board,
+        told: impl Fn(u64, Vec<KeyValue>) + Send + 'static,
+    ) -> std::io::Result<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
         let mut seen = Seen {
             board,
@@ -244,7 +246,7 @@ impl Watcher {
                     for alarm in seen.poll() {
                         seen.tell(&alarm);
                         let now = crate::util::time::unix_nanos(std::time::SystemTime::now());
-                        recorder.peer_found(now, alarm.attributes());
+                        told(now, alarm.attributes());
                     }
                     match stopped.recv_timeout(POLL) {
                         Err(RecvTimeoutError::Timeout) => {}

@@ -212,17 +212,29 @@ impl Collector {
             ("TEMPO_ENDPOINT".into(), tempo_endpoint.into()),
         ];
         all_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Self::start_with(dir, configs, ports, all_env)
+    }
+
+    /// Starts the collector with `configs` (file names in collector/) on `ports`, with `env`
+    /// naming them as those configurations read them; waits until its health check (on
+    /// `ports.health`) answers 200.
+    pub fn start_with(
+        dir: &Path,
+        configs: &[&str],
+        ports: CollectorPorts,
+        env: Vec<(String, String)>,
+    ) -> Collector {
         // The collector's own metrics would listen on :8888, shared by every test at once.
         let mut args = vec!["--set=service.telemetry.metrics.level=none".to_string()];
         for config in configs_in_repo(configs) {
             args.push(format!("--config={}", config.display()));
         }
-        let server = Self::spawn(dir, &args, &all_env, 1);
+        let server = Self::spawn(dir, &args, &env, 1);
         let mut collector = Collector {
             server: Some(server),
             ports,
             args,
-            env: all_env,
+            env,
             log_dir: dir.to_path_buf(),
             starts: 1,
         };
@@ -295,6 +307,14 @@ impl Collector {
             self.starts,
         ));
         self.wait_until_healthy();
+    }
+
+    /// The running collector's process id.
+    pub fn pid(&self) -> u32 {
+        self.server
+            .as_ref()
+            .expect("the collector was stopped and not restarted")
+            .pid()
     }
 
     /// The samples the collector's Prometheus exporter serves now.

@@ -31,6 +31,11 @@ impl JaegerSpan {
         int_of(self.tags.get(key)?)
     }
 
+    /// The value of the process tag `key` if Jaeger holds it as an `int64`.
+    pub fn process_int(&self, key: &str) -> Option<i64> {
+        int_of(self.process_tags.get(key)?)
+    }
+
     /// The value of the process tag `key` if it is a string.
     pub fn process_str(&self, key: &str) -> Option<&str> {
         match self.process_tags.get(key)? {

@@ -116,6 +116,11 @@ impl Server {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything the server has printed so far.
     pub fn output(&self) -> String {
         let bytes = std::fs::read(&self.log).unwrap_or_default();

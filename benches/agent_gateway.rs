@@ -1,0 +1,205 @@
+//! Spans per second through one OpenTelemetry Collector agent (collector/agent.yaml) and one
+//! gateway (collector/gateway.yaml), side by side with the same spans sent straight to an
+//! OTLP receiver (the baseline), and the collectors' CPU per thousand spans: the figures the
+//! README's scale section rests on.
+//!
+//! Each row: one process's `step_span!` spans (1 fake NVML device, every memory attribute),
+//! produced as fast as the training thread goes into an export queue large enough to hold
+//! them all, then flushed. Delivered per second = spans / (first span to the last one
+//! decoded by the receiver at the end). The gateway's two trace exporters go to two
+//! in-process receivers standing for Jaeger and Tempo; the row waits until both hold every
+//! span. CPU is each collector process's user + system time over the row, from
+//! `/proc/<pid>/stat`. The receivers run in this process, on the same two cores.
+//!
+//! `cargo bench --bench agent_gateway` (GPUSPAN_BENCH_AGENT_SPANS: spans per row, default
+//! 100,000; 2,000 in the quick pass of `cargo test --benches`).
+
+#[path = "common/mod.rs"]
+mod common;
+use gpuspan_test_support::fake_nvml::FakeNvml;
+use gpuspan_test_support::go_stack::{Collector, CollectorPorts};
+use gpuspan_test_support::receiver::Receiver;
+
+use std::time::{Duration, Instant};
+
+use tracing_subscriber::layer::SubscriberExt;
+
+fn spans_per_row() -> u64 {
+    std::env::var("GPUSPAN_BENCH_AGENT_SPANS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if common::full_run() { 100_000 } else { 2_000 })
+}
+
+fn received(receiver: &Receiver) -> u64 {
+    receiver
+        .raw_trace_requests()
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .map(|s| s.spans.len() as u64)
+        .sum()
+}
+
+fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+fn loopback(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// What one row measured.
+struct Row {
+    seconds: f64,
+    agent_cpu: Duration,
+    gateway_cpu: Duration,
+}
+
+/// Sends `spans` step spans to `endpoint` (OTLP/gRPC) and waits until every receiver in
+/// `backends` holds them all; `collectors` are measured over the same time.
+fn run(
+    fake: &FakeNvml,
+    endpoint: &str,
+    spans: u64,
+    backends: &[&Receiver],
+    collectors: &[&Collector],
+) -> Row {
+    let telemetry = gpuspan::Telemetry::builder()
+        .nvml_lib(fake.path())
+        .metrics_exporter(gpuspan::Exporter::None)
+        .service_name("gpuspan-bench")
+        .run_id("bench")
+        .summary(false)
+        .flush_on_signal(false)
+        .endpoint(endpoint)
+        .protocol(gpuspan::Protocol::Grpc)
+        .export_queue(usize::try_from(spans).unwrap() + 1024)
+        .build()
+        .expect("telemetry");
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    let cpu = |c: &&Collector| common::pid_cpu(c.pid());
+    let before: Vec<Duration> = collectors.iter().map(cpu).collect();
+    let started = Instant::now();
+    tracing::subscriber::with_default(subscriber, || {
+        for step in 0..spans {
+            let _s = gpuspan::step_span!(step);
+        }
+    });
+    telemetry.flush().expect("flush");
+    // Until every backend holds every span; a minute without progress is a loss.
+    let (mut last, mut progress) = (0, Instant::now());
+    loop {
+        let counts: Vec<u64> = backends.iter().map(|b| received(b)).collect();
+        if counts.iter().all(|&c| c >= spans) {
+            break;
+        }
+        let total = counts.iter().sum();
+        if total > last {
+            (last, progress) = (total, Instant::now());
+        }
+        assert!(
+            progress.elapsed() < Duration::from_secs(60),
+            "the spans stopped arriving at {counts:?} of {spans}; the collectors said:\n{}",
+            collectors
+                .iter()
+                .map(|c| c.log_tail())
+                .collect::<Vec<_>>()
+                .join("\n---\n")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let after: Vec<Duration> = collectors.iter().map(cpu).collect();
+    telemetry.shutdown().expect("shutdown");
+    for backend in backends {
+        assert_eq!(received(backend), spans, "a span arrived twice");
+    }
+    let used = |i: usize| after.get(i).map_or(Duration::ZERO, |a| *a - before[i]);
+    Row {
+        seconds,
+        agent_cpu: used(0),
+        gateway_cpu: used(1),
+    }
+}
+
+fn main() {
+    let spans = spans_per_row();
+    let fake = FakeNvml::build();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+
+    let direct = Receiver::start_grpc();
+    let baseline = run(&fake, &direct.endpoint(), spans, &[&direct], &[]);
+
+    let (jaeger, tempo) = (Receiver::start_grpc(), Receiver::start_grpc());
+    let gateway_ports = CollectorPorts::free();
+    let gateway_dir = dir.path().join("gateway");
+    std::fs::create_dir_all(&gateway_dir).unwrap();
+    let gateway = Collector::start_with(
+        &gateway_dir,
+        &["gateway.yaml"],
+        gateway_ports,
+        env(&[
+            ("GATEWAY_LISTEN", loopback(gateway_ports.otlp_grpc)),
+            ("HEALTH_CHECK_LISTEN", loopback(gateway_ports.health)),
+            ("PROMETHEUS_LISTEN", loopback(gateway_ports.prometheus)),
+            ("JAEGER_ENDPOINT", loopback(jaeger.port())),
+            ("TEMPO_ENDPOINT", loopback(tempo.port())),
+        ]),
+    );
+    let agent_ports = CollectorPorts::free();
+    let agent_dir = dir.path().join("agent");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    let agent = Collector::start_with(
+        &agent_dir,
+        &["agent.yaml"],
+        agent_ports,
+        env(&[
+            ("OTLP_GRPC_LISTEN", loopback(agent_ports.otlp_grpc)),
+            ("OTLP_HTTP_LISTEN", loopback(agent_ports.otlp_http)),
+            ("HEALTH_CHECK_LISTEN", loopback(agent_ports.health)),
+            ("GATEWAY_ENDPOINT", loopback(gateway_ports.otlp_grpc)),
+            ("NODE_NAME", "bench-node".into()),
+        ]),
+    );
+    let through = run(
+        &fake,
+        &agent.otlp_endpoint("grpc"),
+        spans,
+        &[&jaeger, &tempo],
+        &[&agent, &gateway],
+    );
+
+    println!(
+        "agent → gateway: {spans} step spans per row, OTLP/gRPC, {}",
+        common::machine()
+    );
+    println!("load: {}", common::load());
+    println!("| path | seconds | delivered/s | ratio | agent CPU ms / 1,000 spans | gateway CPU ms / 1,000 spans |");
+    println!("|---|---|---|---|---|---|");
+    let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1e3 / (spans as f64 / 1e3);
+    for (name, row) in [
+        ("straight to a receiver", &baseline),
+        ("agent → gateway → 2 receivers", &through),
+    ] {
+        println!(
+            "| {name} | {:.2} | {:.0} | {:.2} | {} | {} |",
+            row.seconds,
+            spans as f64 / row.seconds,
+            baseline.seconds / row.seconds,
+            if row.agent_cpu.is_zero() {
+                "-".into()
+            } else {
+                format!("{:.2}", per_thousand(row.agent_cpu))
+            },
+            if row.gateway_cpu.is_zero() {
+                "-".into()
+            } else {
+                format!("{:.2}", per_thousand(row.gateway_cpu))
+            },
+        );
+    }
+}
