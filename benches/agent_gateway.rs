@@ -17,7 +17,7 @@
 #[path = "common/mod.rs"]
 mod common;
 use gpuspan_test_support::fake_nvml::FakeNvml;
-use gpuspan_test_support::go_stack::{Collector, CollectorPorts};
+use gpuspan_test_support::go_stack::Collector;
 use gpuspan_test_support::receiver::Receiver;
 
 use std::time::{Duration, Instant};
@@ -29,27 +29,6 @@ fn spans_per_row() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if common::full_run() { 100_000 } else { 2_000 })
-}
-
-fn received(receiver: &Receiver) -> u64 {
-    receiver
-        .raw_trace_requests()
-        .iter()
-        .flat_map(|r| &r.resource_spans)
-        .flat_map(|r| &r.scope_spans)
-        .map(|s| s.spans.len() as u64)
-        .sum()
-}
-
-fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
-}
-
-fn loopback(port: u16) -> String {
-    format!("127.0.0.1:{port}")
 }
 
 /// What one row measured.
@@ -93,7 +72,7 @@ fn run(
     // Until every backend holds every span; a minute without progress is a loss.
     let (mut last, mut progress) = (0, Instant::now());
     loop {
-        let counts: Vec<u64> = backends.iter().map(|b| received(b)).collect();
+        let counts: Vec<u64> = backends.iter().map(|b| b.span_count()).collect();
         if counts.iter().all(|&c| c >= spans) {
             break;
         }
@@ -116,7 +95,7 @@ fn run(
     let after: Vec<Duration> = collectors.iter().map(cpu).collect();
     telemetry.shutdown().expect("shutdown");
     for backend in backends {
-        assert_eq!(received(backend), spans, "a span arrived twice");
+        assert_eq!(backend.span_count(), spans, "a span arrived twice");
     }
     let used = |i: usize| after.get(i).map_or(Duration::ZERO, |a| *a - before[i]);
     Row {
@@ -135,36 +114,12 @@ fn main() {
     let baseline = run(&fake, &direct.endpoint(), spans, &[&direct], &[]);
 
     let (jaeger, tempo) = (Receiver::start_grpc(), Receiver::start_grpc());
-    let gateway_ports = CollectorPorts::free();
-    let gateway_dir = dir.path().join("gateway");
-    std::fs::create_dir_all(&gateway_dir).unwrap();
-    let gateway = Collector::start_with(
-        &gateway_dir,
-        &["gateway.yaml"],
-        gateway_ports,
-        env(&[
-            ("GATEWAY_LISTEN", loopback(gateway_ports.otlp_grpc)),
-            ("HEALTH_CHECK_LISTEN", loopback(gateway_ports.health)),
-            ("PROMETHEUS_LISTEN", loopback(gateway_ports.prometheus)),
-            ("JAEGER_ENDPOINT", loopback(jaeger.port())),
-            ("TEMPO_ENDPOINT", loopback(tempo.port())),
-        ]),
+    let gateway = Collector::start_gateway(
+        dir.path(),
+        &format!("127.0.0.1:{}", jaeger.port()),
+        &format!("127.0.0.1:{}", tempo.port()),
     );
-    let agent_ports = CollectorPorts::free();
-    let agent_dir = dir.path().join("agent");
-    std::fs::create_dir_all(&agent_dir).unwrap();
-    let agent = Collector::start_with(
-        &agent_dir,
-        &["agent.yaml"],
-        agent_ports,
-        env(&[
-            ("OTLP_GRPC_LISTEN", loopback(agent_ports.otlp_grpc)),
-            ("OTLP_HTTP_LISTEN", loopback(agent_ports.otlp_http)),
-            ("HEALTH_CHECK_LISTEN", loopback(agent_ports.health)),
-            ("GATEWAY_ENDPOINT", loopback(gateway_ports.otlp_grpc)),
-            ("NODE_NAME", "bench-node".into()),
-        ]),
-    );
+    let agent = Collector::start_agent(dir.path(), &gateway, "bench-node");
     let through = run(
         &fake,
         &agent.otlp_endpoint("grpc"),

@@ -69,16 +69,6 @@ fn builder(protocol: &str, receiver: &Receiver) -> gpuspan::Builder {
         .protocol(protocol)
 }
 
-fn received_spans(receiver: &Receiver) -> u64 {
-    receiver
-        .raw_trace_requests()
-        .iter()
-        .flat_map(|r| &r.resource_spans)
-        .flat_map(|r| &r.scope_spans)
-        .map(|s| s.spans.len() as u64)
-        .sum()
-}
-
 fn received_points(receiver: &Receiver) -> u64 {
     let mut points = 0u64;
     for request in receiver.raw_metric_requests() {
@@ -184,7 +174,7 @@ fn spans(protocol: &str, rate: Option<u64>, window: Duration) -> String {
     let received = if protocol == "dir" {
         spans_in_run_dir(&run_root.path().join("bench"))
     } else {
-        received_spans(&receiver)
+        receiver.span_count()
     };
     assert_eq!(
         received + dropped,

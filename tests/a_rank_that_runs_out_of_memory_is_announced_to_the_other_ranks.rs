@@ -21,29 +21,25 @@ use support::fake_nvml::FakeNvml;
 const GIB: u64 = 1 << 30;
 const RANKS: u32 = 4;
 
-fn int(attributes: &[KeyValue], key: &str) -> Option<i64> {
-    match attributes
+fn value<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Value> {
+    attributes
         .iter()
         .find(|kv| kv.key == key)?
         .value
         .as_ref()?
         .value
-        .as_ref()?
-    {
+        .as_ref()
+}
+
+fn int(attributes: &[KeyValue], key: &str) -> Option<i64> {
+    match value(attributes, key)? {
         Value::IntValue(v) => Some(*v),
         _ => None,
     }
 }
 
 fn text<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
-    match attributes
-        .iter()
-        .find(|kv| kv.key == key)?
-        .value
-        .as_ref()?
-        .value
-        .as_ref()?
-    {
+    match value(attributes, key)? {
         Value::StringValue(v) => Some(v),
         _ => None,
     }

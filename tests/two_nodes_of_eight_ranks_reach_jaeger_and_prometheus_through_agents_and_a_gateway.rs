@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use support::example::train_command;
 use support::fake_nvml::FakeNvml;
-use support::go_stack::{Collector, CollectorPorts, Jaeger};
+use support::go_stack::{Collector, Jaeger};
 use support::prometheus_text::named;
 use support::receiver::Receiver;
 
@@ -37,39 +37,6 @@ fn node_name(node: u32) -> String {
 /// Device memory of `device` on `node`: every rank's is different.
 fn device_bytes(node: u32, device: u32) -> i64 {
     (1000 * i64::from(node + 1) + 100 * i64::from(device)) * MIB
-}
-
-fn loopback(port: u16) -> String {
-    format!("127.0.0.1:{port}")
-}
-
-fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
-}
-
-fn subdir(root: &Path, name: &str) -> std::path::PathBuf {
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn start_agent(root: &Path, node: u32, gateway: u16) -> Collector {
-    let ports = CollectorPorts::free();
-    Collector::start_with(
-        &subdir(root, &format!("agent-{}", node_name(node))),
-        &["agent.yaml"],
-        ports,
-        env(&[
-            ("OTLP_GRPC_LISTEN", loopback(ports.otlp_grpc)),
-            ("OTLP_HTTP_LISTEN", loopback(ports.otlp_http)),
-            ("HEALTH_CHECK_LISTEN", loopback(ports.health)),
-            ("GATEWAY_ENDPOINT", loopback(gateway)),
-            ("NODE_NAME", node_name(node)),
-        ]),
-    )
 }
 
 fn start_rank(fake: &FakeNvml, root: &Path, node: u32, local: u32, agent: &Collector) -> Child {
@@ -125,23 +92,15 @@ fn every_span_of_sixteen_ranks_arrives_once_across_a_gateway_restart() {
             .collect();
         std::fs::write(root.path().join(format!("{}.gpu", node_name(node))), lines).unwrap();
     }
-    let mut jaeger = Jaeger::start(&subdir(root.path(), "jaeger"));
+    let mut jaeger = Jaeger::start(root.path());
     let tempo = Receiver::start_grpc();
-    let gateway_ports = CollectorPorts::free();
-    let mut gateway = Collector::start_with(
-        &subdir(root.path(), "gateway"),
-        &["gateway.yaml"],
-        gateway_ports,
-        env(&[
-            ("GATEWAY_LISTEN", loopback(gateway_ports.otlp_grpc)),
-            ("HEALTH_CHECK_LISTEN", loopback(gateway_ports.health)),
-            ("PROMETHEUS_LISTEN", loopback(gateway_ports.prometheus)),
-            ("JAEGER_ENDPOINT", jaeger.otlp_endpoint()),
-            ("TEMPO_ENDPOINT", loopback(tempo.port())),
-        ]),
+    let mut gateway = Collector::start_gateway(
+        root.path(),
+        &jaeger.otlp_endpoint(),
+        &format!("127.0.0.1:{}", tempo.port()),
     );
     let agents: Vec<Collector> = (0..NODES)
-        .map(|node| start_agent(root.path(), node, gateway_ports.otlp_grpc))
+        .map(|node| Collector::start_agent(root.path(), &gateway, &node_name(node)))
         .collect();
 
     let started = Instant::now();

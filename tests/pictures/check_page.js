@@ -6,9 +6,8 @@
 // bucketsZoomed for the page drawn from its min/max buckets only (as a long run's is).
 "use strict";
 const fs = require("fs");
-const os = require("os");
 const path = require("path");
-const { chromium } = require("playwright-core");
+const { withPage } = require("./browser");
 
 const [page_, expectFile, shots] = process.argv.slice(2);
 const expect = JSON.parse(fs.readFileSync(expectFile, "utf8"));
@@ -33,67 +32,50 @@ async function look(page) {
   }, expect.spikeMs);
 }
 
-(async function () {
-  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "gpuspan-chromium-"));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    viewport: { width: 1400, height: 700 },
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
-  const out = { errors: [], requests: [] };
-  try {
-    const page = context.pages()[0] || await context.newPage();
-    page.on("console", function (m) { if (m.type() === "error") out.errors.push(m.text()); });
-    page.on("pageerror", function (e) { out.errors.push(String(e)); });
-    page.on("request", function (r) { if (!r.url().startsWith("file:")) out.requests.push(r.url()); });
-    const started = Date.now();
-    await page.goto("file://" + path.resolve(page_));
-    await page.waitForFunction(function () { return window.gpuspan && window.gpuspan.ready; }, null, { timeout: 20000 });
-    out.renderMs = Date.now() - started;
-    out.full = await look(page);
-    await page.screenshot({ path: path.join(shots, "report-full.png"), fullPage: true });
+withPage(700, async function (page, out) {
+  const started = Date.now();
+  await page.goto("file://" + path.resolve(page_));
+  await page.waitForFunction(function () { return window.gpuspan && window.gpuspan.ready; }, null, { timeout: 20000 });
+  out.renderMs = Date.now() - started;
+  out.full = await look(page);
+  await page.screenshot({ path: path.join(shots, "report-full.png"), fullPage: true });
 
-    // Zoom with the wheel around the spike, as a person would.
-    const box = await page.locator("#canvas").boundingBox();
-    const at = await page.evaluate(function (t) { return window.gpuspan.xOf(t); }, expect.spikeMs);
-    const y = box.y + 80;
-    await page.mouse.move(box.x + at, y);
-    for (let i = 0; i < 8; i++) {
-      await page.mouse.wheel(0, -200);
-      await page.waitForTimeout(30);
-    }
-    out.zoomed = await look(page);
-
-    // Hover the step that holds the spike.
-    const target = await page.evaluate(function (step) {
-      const g = window.gpuspan, s = g.steps();
-      const i = s.index.indexOf(step);
-      return { x: (g.xOf(s.start[i]) + g.xOf(s.end[i])) / 2, y: g.stepY(), peak: s.peak[i] };
-    }, expect.step);
-    await page.mouse.move(box.x + target.x, box.y + target.y);
-    await page.waitForTimeout(50);
-    out.tip = await page.evaluate(function () {
-      const t = document.getElementById("tip");
-      return t.hidden ? null : t.textContent;
-    });
-    await page.screenshot({ path: path.join(shots, "report-zoomed.png"), fullPage: true });
-
-    // The same from the buckets only.
-    await page.goto("file://" + path.resolve(page_) + "#buckets");
-    await page.reload();
-    await page.waitForFunction(function () { return window.gpuspan && window.gpuspan.ready; }, null, { timeout: 20000 });
-    out.bucketsFull = await look(page);
-    await page.mouse.move(box.x + at, y);
-    for (let i = 0; i < 8; i++) {
-      await page.mouse.wheel(0, -200);
-      await page.waitForTimeout(30);
-    }
-    out.bucketsZoomed = await look(page);
-  } finally {
-    await context.close();
-    fs.rmSync(profile, { recursive: true, force: true });
+  // Zoom with the wheel around the spike, as a person would.
+  const box = await page.locator("#canvas").boundingBox();
+  const at = await page.evaluate(function (t) { return window.gpuspan.xOf(t); }, expect.spikeMs);
+  const y = box.y + 80;
+  await page.mouse.move(box.x + at, y);
+  for (let i = 0; i < 8; i++) {
+    await page.mouse.wheel(0, -200);
+    await page.waitForTimeout(30);
   }
+  out.zoomed = await look(page);
+
+  // Hover the step that holds the spike.
+  const target = await page.evaluate(function (step) {
+    const g = window.gpuspan, s = g.steps();
+    const i = s.index.indexOf(step);
+    return { x: (g.xOf(s.start[i]) + g.xOf(s.end[i])) / 2, y: g.stepY(), peak: s.peak[i] };
+  }, expect.step);
+  await page.mouse.move(box.x + target.x, box.y + target.y);
+  await page.waitForTimeout(50);
+  out.tip = await page.evaluate(function () {
+    const t = document.getElementById("tip");
+    return t.hidden ? null : t.textContent;
+  });
+  await page.screenshot({ path: path.join(shots, "report-zoomed.png"), fullPage: true });
+
+  // The same from the buckets only.
+  await page.goto("file://" + path.resolve(page_) + "#buckets");
+  await page.reload();
+  await page.waitForFunction(function () { return window.gpuspan && window.gpuspan.ready; }, null, { timeout: 20000 });
+  out.bucketsFull = await look(page);
+  await page.mouse.move(box.x + at, y);
+  for (let i = 0; i < 8; i++) {
+    await page.mouse.wheel(0, -200);
+    await page.waitForTimeout(30);
+  }
+  out.bucketsZoomed = await look(page);
+}).then(function (out) {
   console.log(JSON.stringify(out));
-})().catch(function (e) { console.error(e); process.exit(1); });
+}).catch(function (e) { console.error(e); process.exit(1); });

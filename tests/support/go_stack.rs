@@ -242,6 +242,46 @@ impl Collector {
         collector
     }
 
+    /// A gateway running collector/gateway.yaml on free ports, exporting traces to
+    /// `jaeger` and `tempo` (`host:port`), its log under `dir/gateway`.
+    pub fn start_gateway(dir: &Path, jaeger: &str, tempo: &str) -> Collector {
+        let ports = CollectorPorts::free();
+        Self::start_with(
+            &log_dir(dir, "gateway"),
+            &["gateway.yaml"],
+            ports,
+            named(&[
+                ("GATEWAY_LISTEN", loopback(ports.otlp_grpc).to_string()),
+                ("HEALTH_CHECK_LISTEN", loopback(ports.health).to_string()),
+                ("PROMETHEUS_LISTEN", loopback(ports.prometheus).to_string()),
+                ("JAEGER_ENDPOINT", jaeger.to_string()),
+                ("TEMPO_ENDPOINT", tempo.to_string()),
+            ]),
+        )
+    }
+
+    /// A node's agent running collector/agent.yaml on free loopback ports, forwarding to
+    /// `gateway` and naming processes that do not name themselves `node`; its log under
+    /// `dir/agent-<node>`.
+    pub fn start_agent(dir: &Path, gateway: &Collector, node: &str) -> Collector {
+        let ports = CollectorPorts::free();
+        Self::start_with(
+            &log_dir(dir, &format!("agent-{node}")),
+            &["agent.yaml"],
+            ports,
+            named(&[
+                ("OTLP_GRPC_LISTEN", loopback(ports.otlp_grpc).to_string()),
+                ("OTLP_HTTP_LISTEN", loopback(ports.otlp_http).to_string()),
+                ("HEALTH_CHECK_LISTEN", loopback(ports.health).to_string()),
+                (
+                    "GATEWAY_ENDPOINT",
+                    loopback(gateway.ports.otlp_grpc).to_string(),
+                ),
+                ("NODE_NAME", node.to_string()),
+            ]),
+        )
+    }
+
     fn spawn(dir: &Path, args: &[String], env: &[(String, String)], start: usize) -> Server {
         let mut command = Command::new(&go_tools().otelcol);
         command.args(args);
@@ -349,6 +389,20 @@ impl Collector {
             .as_ref()
             .map_or_else(|| "(stopped)".into(), Server::output_tail)
     }
+}
+
+fn named(pairs: &[(&str, String)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+/// `dir/name`, made: each collector of a test keeps its logs apart.
+fn log_dir(dir: &Path, name: &str) -> PathBuf {
+    let dir = dir.join(name);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
 }
 
 fn configs_in_repo(configs: &[&str]) -> Vec<PathBuf> {

@@ -230,6 +230,16 @@ impl Receiver {
 
     // ----- spans -------------------------------------------------------------
 
+    /// How many spans the trace requests held in all (duplicates counted).
+    pub fn span_count(&self) -> u64 {
+        self.raw_trace_requests()
+            .iter()
+            .flat_map(|r| &r.resource_spans)
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len() as u64)
+            .sum()
+    }
+
     /// Every span received, in arrival order.
     pub fn spans(&self) -> Vec<ReceivedSpan> {
         flatten_spans(&self.shared.lock().traces)
