@@ -1,7 +1,7 @@
-"""Three Python ranks of one job (RANK / LOCAL_RANK / WORLD_SIZE, a fake device each).
-Rank 2 catches an out-of-memory error at step 20 and hands it to ``gpuspan.record_oom``:
+"""Four Python ranks of one job (RANK / LOCAL_RANK / WORLD_SIZE, a fake device each).
+Rank 3 catches an out-of-memory error at step 20 and hands it to ``gpuspan.record_oom``:
 within a second the other ranks get ``gpu.memory.peer_oom`` on their open step, naming rank
-2, its step, peak and limit, and one line on stderr. ``gpuspan.report()`` on the job then
+3, its step, peak and limit, and one line on stderr. ``gpuspan.report()`` on the job then
 gives the job's figures, the same as the ``gpuspan report`` command prints."""
 
 import subprocess
@@ -20,14 +20,14 @@ import time
 import gpuspan
 
 rank = int(os.environ["RANK"])
-gpuspan.init()
+telemetry = gpuspan.init()
 with gpuspan.epoch(0):
     for step in range(60):
         with gpuspan.step(step):
-            if rank == 2 and step == 20:
+            if rank == 3 and step == 20:
                 gpuspan.record_oom("CUDA out of memory. Tried to allocate 2.00 GiB")
             time.sleep(0.05)
-gpuspan.shutdown()
+telemetry.shutdown()
 """
 
 
@@ -54,67 +54,67 @@ def test_the_other_ranks_are_told_within_a_second_and_the_report_names_the_first
 ):
     (tmp_path / "rank.py").write_text(textwrap.dedent(RANK))
     live = tmp_path / "gpu"
-    live.write_text("".join(f"used {i} {(i + 1) * 1000 * MIB}\n" for i in range(3)))
+    live.write_text("".join(f"used {i} {(i + 1) * 1000 * MIB}\n" for i in range(4)))
     procs = [
         subprocess.Popen(
             [sys.executable, "rank.py"],
             cwd=tmp_path,
             env=clean_env(
                 GPUSPAN_NVML_LIB=fake_nvml,
-                FAKE_NVML_DEVICES=3,
+                FAKE_NVML_DEVICES=4,
                 FAKE_NVML_TOTAL_MIB=81920,
                 FAKE_NVML_LIVE_FILE=live,
                 GPUSPAN_RUN_ID="job",
                 RANK=rank,
                 LOCAL_RANK=rank,
-                WORLD_SIZE=3,
+                WORLD_SIZE=4,
             ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for rank in range(3)
+        for rank in range(4)
     ]
     outputs = [p.communicate(timeout=120) for p in procs]
     for rank, (p, (_, err)) in enumerate(zip(procs, outputs)):
         assert p.returncode == 0, f"rank {rank}: {err}"
 
     job = tmp_path / "gpuspan-runs" / "job"
-    (oom_span, oom), = events(job / "rank-2", "gpu.memory.oom")
+    (oom_span, oom), = events(job / "rank-3", "gpu.memory.oom")
     assert oom_span["attributes"]["ml.step"] == 20
-    for rank in range(2):
+    for rank in range(3):
         (span, told), = events(job / f"rank-{rank}", "gpu.memory.peer_oom")
         assert span["name"] == "step"
         late = int(told["timeUnixNano"]) - int(oom["timeUnixNano"])
         assert 0 <= late < 1_000_000_000, f"rank {rank} told {late} ns after"
         attributes = event_attributes(told)
-        assert attributes["ml.rank"] == 2
+        assert attributes["ml.rank"] == 3
         assert attributes["ml.step"] == 20
         assert attributes["ml.epoch"] == 0
-        assert attributes["gpu.index"] == 2
-        assert attributes["gpu.memory.peak"] == 3000 * MIB
+        assert attributes["gpu.index"] == 3
+        assert attributes["gpu.memory.peak"] == 4000 * MIB
         assert attributes["gpu.memory.limit"] == 81920 * MIB
         assert attributes["gpu.memory.peer.finding"] == "gpu.memory.oom"
         err = outputs[rank][1]
-        lines = [line for line in err.splitlines() if "rank 2" in line]
+        lines = [line for line in err.splitlines() if "rank 3" in line]
         assert len(lines) == 1, err
-        assert lines[0].startswith("gpuspan: warning: rank 2 (")
+        assert lines[0].startswith("gpuspan: warning: rank 3 (")
         assert lines[0].endswith(
-            "ran out of device memory at step 20 of epoch 0 (gpu 2: 2.9 GiB peak of 80.0 GiB); "
+            "ran out of device memory at step 20 of epoch 0 (gpu 3: 3.9 GiB peak of 80.0 GiB); "
             f"rank {rank} may now wait for it in a collective"
         ), lines[0]
-    assert not events(job / "rank-2", "gpu.memory.peer_oom")
+    assert not events(job / "rank-3", "gpu.memory.peer_oom")
 
     report = gpuspan.report(job)
     figures = report.job
-    assert figures["ranks"] == ["0", "1", "2"]
+    assert figures["ranks"] == ["0", "1", "2", "3"]
     (epoch,) = figures["epochs"]
     assert epoch["epoch"] == 0
-    assert (epoch["worst_rank"], epoch["worst_peak"]) == ("2", 3000 * MIB)
+    assert (epoch["worst_rank"], epoch["worst_peak"]) == ("3", 4000 * MIB)
     assert epoch["lowest_peak"] == 1000 * MIB
-    assert abs(epoch["skew"] - 2 / 3) < 1e-9
-    assert figures["first_oom"].startswith("first out of memory: rank 2 in step 20 (")
-    assert figures["first_oom"].endswith("UTC); 1 of 3 ranks")
+    assert abs(epoch["skew"] - 3 / 4) < 1e-9
+    assert figures["first_oom"].startswith("first out of memory: rank 3 in step 20 (")
+    assert figures["first_oom"].endswith("UTC); 1 of 4 ranks")
     assert figures["steps"].startswith("steps: 60 on every rank;")
 
     command = subprocess.run(
@@ -124,5 +124,5 @@ def test_the_other_ranks_are_told_within_a_second_and_the_report_names_the_first
     assert command.stdout.endswith(figures["table"])
     assert repr(report).endswith(figures["table"])
     page = report._repr_html_()
-    assert "<p>job of 3 ranks</p>" in page
-    assert "<td>0</td><td>2</td><td>3000</td><td>1000</td><td>66.7 %</td>" in page
+    assert "<p>job of 4 ranks</p>" in page
+    assert "<td>0</td><td>3</td><td>4000</td><td>1000</td><td>75.0 %</td>" in page
