@@ -109,6 +109,14 @@ fn a_lane_per_rank_with_the_worst_rank_in_red_and_the_first_out_of_memory_named(
             "rank {r}'s steps each peak at its device's {expected}: {lane}"
         );
     }
+    assert_eq!(
+        lanes
+            .iter()
+            .map(|l| l["label"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["1000 MiB", "2.0 GiB", "77.1 GiB"],
+        "each lane says its highest peak"
+    );
     let last = &lanes[2];
     assert_eq!(last["bars"], 40);
     assert_eq!(last["worst"], 40, "rank 2 holds the most at every step");

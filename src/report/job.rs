@@ -84,11 +84,17 @@ fn lanes(job: &JobTable) -> String {
     );
     for (lane, (rank, steps)) in ranks.iter().zip(&by_rank).enumerate() {
         let y0 = LANE_HEIGHT * lane as f64;
+        // The lane's highest peak beside its name: a rank far below the job's top still
+        // says its figure.
+        let highest = steps.values().filter_map(|f| f.peak).max();
         let _ = write!(
             svg,
-            "<g class=\"lane\" data-rank=\"{r}\"><text x=\"4\" y=\"{ty}\">rank {r}</text>",
+            "<g class=\"lane\" data-rank=\"{r}\"><text x=\"4\" y=\"{ty}\">rank {r}</text>\
+             <text class=\"lane-peak\" x=\"4\" y=\"{py}\">{peak}</text>",
             r = escape(rank),
-            ty = y0 + LANE_HEIGHT / 2.0 + 4.0,
+            ty = y0 + LANE_HEIGHT / 2.0,
+            py = y0 + LANE_HEIGHT / 2.0 + 15.0,
+            peak = highest.map_or_else(|| "-".to_owned(), human),
         );
         for (column, chunk) in keys.chunks(per_column).enumerate() {
             // The column's highest step of this rank, and whether this rank was the worst

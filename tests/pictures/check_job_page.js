@@ -1,7 +1,7 @@
 // Opens a job's page (gpuspan report JOB_DIR --html) in headless Chromium (Debian's, driven
 // by playwright-core) and prints what a person sees, as JSON, for the Rust test to judge:
 //   node check_job_page.js PAGE.html SCREENSHOT_DIR
-// Prints {errors, requests, lanes: [{rank, bars, worst, peaks, height}], tip, firstOom,
+// Prints {errors, requests, lanes: [{rank, label, bars, worst, peaks, height}], tip, firstOom,
 // epochs: [[cells...]], steps}.
 "use strict";
 const path = require("path");
@@ -16,6 +16,7 @@ withPage(700, async function (page, out) {
       const bars = Array.from(g.querySelectorAll("rect.bar"));
       return {
         rank: g.getAttribute("data-rank"),
+        label: g.querySelector("text.lane-peak").textContent,
         bars: bars.length,
         worst: bars.filter(function (b) { return b.classList.contains("worst"); }).length,
         peaks: bars.map(function (b) { return Number(b.getAttribute("data-peak")); }),
