@@ -37,15 +37,7 @@ use fake_nvml::FakeNvml;
 use receiver::Receiver;
 
 fn window() -> Duration {
-    std::env::var("GPUSPAN_BENCH_WINDOW_S")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(Duration::from_secs_f64)
-        .unwrap_or(if common::full_run() {
-            Duration::from_secs(2)
-        } else {
-            Duration::from_millis(200)
-        })
+    common::window(Duration::from_secs(2), Duration::from_millis(200))
 }
 
 fn start_receiver(protocol: &str) -> Receiver {

@@ -23,39 +23,22 @@ const DEVICES: u32 = 8;
 const THREADS: [&str; 2] = ["gpuspan-sampler", "gpuspan-procs"];
 
 fn window() -> Duration {
-    std::env::var("GPUSPAN_BENCH_WINDOW_S")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(Duration::from_secs_f64)
-        .unwrap_or(if common::full_run() {
-            Duration::from_secs(10)
-        } else {
-            Duration::from_millis(500)
-        })
+    common::window(Duration::from_secs(10), Duration::from_millis(500))
 }
 
-/// CPU clock ticks of `pid`'s threads named one of [`THREADS`] so far.
+/// CPU time of `pid`'s threads named one of [`THREADS`] so far.
 fn sampler_cpu(pid: u32) -> Duration {
-    let mut total = Duration::ZERO;
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return total;
+        return Duration::ZERO;
     };
-    for task in tasks.flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if !THREADS.contains(&comm.trim_end()) {
-            continue;
-        }
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        total += Duration::from_nanos(ticks * 1_000_000_000 / hz);
-    }
-    total
+    tasks
+        .flatten()
+        .filter(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            THREADS.contains(&comm.trim_end())
+        })
+        .filter_map(|task| common::stat_cpu(&task.path().join("stat").to_string_lossy()))
+        .sum()
 }
 
 /// The share of one core the children's sampler threads used over the window.

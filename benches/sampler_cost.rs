@@ -72,16 +72,7 @@ fn idle_ticker(interval: Duration) -> (Arc<AtomicBool>, std::thread::JoinHandle<
 }
 
 fn main() {
-    let full = common::full_run();
-    let window = std::env::var("GPUSPAN_BENCH_WINDOW_S")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(Duration::from_secs_f64)
-        .unwrap_or(if full {
-            Duration::from_secs(5)
-        } else {
-            Duration::from_millis(300)
-        });
+    let window = common::window(Duration::from_secs(5), Duration::from_millis(300));
     // GPUSPAN_BENCH_REAL_NVML=1: the system's NVML and its first 1 and (where there are
     // that many) 8 devices, on a machine with NVIDIA GPUs, instead of the fake library.
     let real = std::env::var_os("GPUSPAN_BENCH_REAL_NVML").is_some();

@@ -6,6 +6,16 @@
 use std::fs;
 use std::time::Duration;
 
+/// The measuring window: `GPUSPAN_BENCH_WINDOW_S` seconds if set, else `full` under
+/// `cargo bench` and `quick` in a smoke pass.
+pub fn window(full: Duration, quick: Duration) -> Duration {
+    std::env::var("GPUSPAN_BENCH_WINDOW_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(Duration::from_secs_f64)
+        .unwrap_or(if full_run() { full } else { quick })
+}
+
 /// True when the binary was started by `cargo bench` (which passes `--bench`); `cargo test
 /// --benches` runs it without, and then the benches take a quick smoke pass only.
 pub fn full_run() -> bool {
@@ -66,28 +76,25 @@ pub fn own_thread_cpu() -> Duration {
 /// ticks) where that clock is refused.
 pub fn thread_cpu(tid: i32) -> Option<Duration> {
     let id: libc::clockid_t = ((!tid) << 3) | 6;
-    clock(id).or_else(|| {
-        let stat = fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the state field.
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        Some(Duration::from_nanos(ticks * 1_000_000_000 / hz))
-    })
+    clock(id).or_else(|| stat_cpu(&format!("/proc/self/task/{tid}/stat")))
+}
+
+/// User plus system CPU time in a `/proc` `stat` file (of a process or of a thread), from
+/// its clock ticks.
+pub fn stat_cpu(path: &str) -> Option<Duration> {
+    let stat = fs::read_to_string(path).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the state field.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(Duration::from_nanos(ticks * 1_000_000_000 / hz))
 }
 
 /// User plus system CPU time of process `pid` so far, from `/proc/<pid>/stat`.
 pub fn pid_cpu(pid: u32) -> Duration {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
-    let rest = &stat[stat.rfind(')').expect("stat has a comm") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Duration::from_nanos(ticks * 1_000_000_000 / hz)
+    stat_cpu(&format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat")
 }
 
 /// Ids of the threads of this process whose name (`comm`) is `name`.

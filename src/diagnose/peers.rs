@@ -23,6 +23,7 @@ use opentelemetry::KeyValue;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
+use crate::figures::int;
 use crate::names::{attribute as attr, event};
 use crate::util::bytes;
 
@@ -91,22 +92,18 @@ impl Alarm {
         attributes.extend(self.step.map(|s| KeyValue::new(attr::ML_STEP, s)));
         attributes.extend(
             self.peak
-                .map(|p| KeyValue::new(attr::GPU_MEMORY_PEAK, clamp(p))),
+                .map(|p| KeyValue::new(attr::GPU_MEMORY_PEAK, int(p))),
         );
         attributes.extend(
             self.limit
-                .map(|l| KeyValue::new(attr::GPU_MEMORY_LIMIT, clamp(l))),
+                .map(|l| KeyValue::new(attr::GPU_MEMORY_LIMIT, int(l))),
         );
         attributes
     }
 }
 
-fn clamp(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
 fn human(value: u64) -> String {
-    bytes::human(clamp(value))
+    bytes::human(int(value))
 }
 
 /// One rank's place on its job's alarm board.
@@ -144,7 +141,7 @@ impl Board {
     /// so that a watcher never reads half of it.
     pub(crate) fn post(&self, alarm: &Alarm) -> std::io::Result<PathBuf> {
         std::fs::create_dir_all(&self.dir)?;
-        let name = format!("rank-{}-{}.json", alarm.rank, alarm.time_unix_nano);
+        let name = format!("{}{}.json", file_prefix(alarm.rank), alarm.time_unix_nano);
         let path = self.dir.join(&name);
         let aside = self.dir.join(format!(".{name}.tmp"));
         let text = serde_json::to_string(alarm).map_err(std::io::Error::other)?;
@@ -154,8 +151,13 @@ impl Board {
     }
 
     fn own(&self, name: &str) -> bool {
-        name.starts_with(&format!("rank-{}-", self.rank))
+        name.starts_with(&file_prefix(self.rank))
     }
+}
+
+/// An alarm's file is `rank-<rank>-<time>.json`.
+fn file_prefix(rank: i64) -> String {
+    format!("rank-{rank}-")
 }
 
 fn is_alarm(name: &std::ffi::OsStr) -> bool {

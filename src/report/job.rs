@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use super::html::escape;
-use crate::runlog::ranks::{JobRow, JobTable, StepKey};
+use crate::runlog::ranks::{percent, step_label, JobRow, JobTable, StepKey};
 use crate::util::bytes::human;
 
 /// Columns drawn at most: a longer job shows each column as the highest of the steps it
@@ -148,13 +148,6 @@ fn lanes(job: &JobTable) -> String {
     svg
 }
 
-fn step_label(key: StepKey) -> String {
-    match key {
-        (Some(epoch), step) => format!("epoch {epoch} step {step}"),
-        (None, step) => format!("step {step}"),
-    }
-}
-
 /// The job's table per epoch, as HTML.
 fn epoch_table(job: &JobTable) -> String {
     let epochs = job.epochs();
@@ -180,7 +173,7 @@ fn epoch_table(job: &JobTable) -> String {
             worst.as_ref().map_or("-".into(), |(r, _)| escape(r)),
             worst.as_ref().map_or("-".into(), |(_, p)| human(*p)),
             lowest.map_or("-".into(), human),
-            skew.map_or("-".into(), |s| format!("{:.1} %", 100.0 * s)),
+            percent(*skew),
             escape(&slowest.0),
             slowest.1,
         );

@@ -263,10 +263,7 @@ impl JobTable {
             .filter_map(|(step, row)| Some((*step, row.skew?, row.worst.as_ref()?)))
             .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
         if let Some((step, skew, (rank, peak))) = widest {
-            let step = match step {
-                (Some(epoch), step) => format!("epoch {epoch} step {step}"),
-                (None, step) => format!("step {step}"),
-            };
+            let step = step_label(step);
             let _ = write!(
                 line,
                 "; the widest skew at {step} ({}, rank {rank} at {})",
@@ -337,7 +334,16 @@ fn across(figures: &[(&str, RankFigures)]) -> JobRow {
     }
 }
 
-fn percent(value: Option<f64>) -> String {
+/// `epoch 2 step 57`, or `step 57` for a step under no epoch.
+pub fn step_label(key: StepKey) -> String {
+    match key {
+        (Some(epoch), step) => format!("epoch {epoch} step {step}"),
+        (None, step) => format!("step {step}"),
+    }
+}
+
+/// `40.0 %`, or `-` when there is no figure.
+pub(crate) fn percent(value: Option<f64>) -> String {
     value.map_or("-".into(), |v| format!("{:.1} %", 100.0 * v))
 }
 

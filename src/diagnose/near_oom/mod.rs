@@ -27,6 +27,7 @@ use ring::{rise_start, Ring, Snapshot};
 use super::counts::Counts;
 use super::open_spans::{OpenSpan, OpenSpans};
 use super::peers::{Alarm, Board};
+use crate::figures::int;
 use crate::names::{attribute as attr, event};
 use crate::timeline::{Tick, TickObserver};
 use crate::util::sync::lock;
@@ -247,10 +248,10 @@ impl Recorder {
         let name = self.file_name(unix_nanos);
 
         let mut attributes = vec![KeyValue::new(attr::GPU_INDEX, self.device_index(device))];
-        attributes.extend(used.map(|u| KeyValue::new(attr::GPU_MEMORY_USED, clamp(u))));
-        attributes.extend(limit.map(|l| KeyValue::new(attr::GPU_MEMORY_LIMIT, clamp(l))));
+        attributes.extend(used.map(|u| KeyValue::new(attr::GPU_MEMORY_USED, int(u))));
+        attributes.extend(limit.map(|l| KeyValue::new(attr::GPU_MEMORY_LIMIT, int(l))));
         if let Some((_, from)) = rise {
-            attributes.push(KeyValue::new(attr::GPU_MEMORY_RISE_FROM, clamp(from)));
+            attributes.push(KeyValue::new(attr::GPU_MEMORY_RISE_FROM, int(from)));
         }
         if let Some(span) = &rise_span {
             attributes.push(KeyValue::new(attr::GPU_MEMORY_RISE_SPAN, span.label()));
@@ -292,8 +293,8 @@ impl Recorder {
                 "gpu {} at {:.0}% of its memory ({} of {})",
                 self.device_index(device),
                 used as f64 / limit.max(1) as f64 * 100.0,
-                crate::util::bytes::human(clamp(used)),
-                crate::util::bytes::human(clamp(limit))
+                crate::util::bytes::human(int(used)),
+                crate::util::bytes::human(int(limit))
             ),
             _ => "near out of memory".to_owned(),
         };
@@ -359,10 +360,6 @@ impl Recorder {
         let _ = thread.join();
         true
     }
-}
-
-fn clamp(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 /// The index (`ml.epoch` or `ml.step`) of the innermost open span that has one.
