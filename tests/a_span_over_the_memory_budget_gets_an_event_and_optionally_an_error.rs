@@ -100,3 +100,64 @@ fn a_fraction_of_the_device_is_the_budget_and_no_error_status_by_default() {
     assert_eq!(over.status_code, StatusCode::Unset);
     assert_eq!(step(&receiver, 0).events, vec![]);
 }
+
+#[test]
+fn with_the_stop_action_a_loop_that_checks_stops_at_the_end_of_the_step_that_went_over() {
+    let receiver = Receiver::start_grpc();
+    let (source, script) = scripted(1, 30 * GIB);
+    let builder = setup::to_receiver(&receiver)
+        .memory_budget(MemoryBudget::Bytes(40 * GIB))
+        .memory_budget_stop(true)
+        .memory_source(source)
+        .sample_interval(Duration::from_millis(2))
+        .metric_export_interval(Duration::from_secs(3600));
+    let (telemetry, (steps, reason)) = setup::run(builder, |telemetry| {
+        script.wait_reads(2);
+        let mut reason = None;
+        let mut steps = 0;
+        for step in 0..10u64 {
+            let _s = gpuspan::step_span!(step);
+            steps += 1;
+            if step == 3 {
+                // Step 3 goes over the budget and frees it before it ends.
+                script.set(0, 45 * GIB);
+                script.wait_reads(2);
+                script.set(0, 30 * GIB);
+            }
+            script.wait_reads(2);
+            reason = telemetry.stop_requested();
+            if reason.is_some() {
+                break;
+            }
+        }
+        (steps, reason)
+    });
+    telemetry.shutdown().unwrap();
+
+    assert_eq!(
+        steps, 4,
+        "the loop ends with step 3, the step that went over"
+    );
+    assert_eq!(
+        reason.as_deref(),
+        Some(
+            "gpuspan: gpu 0 reached 45.0 GiB, over the memory budget of 40.0 GiB \
+             (GPUSPAN_MEMORY_BUDGET_STOP)"
+        )
+    );
+    assert_eq!(receiver.spans_named("step").len(), 4);
+    let over = step(&receiver, 3);
+    assert_eq!(over.events_named("gpu.memory.budget_exceeded").len(), 1);
+    assert_eq!(step(&receiver, 2).events, vec![]);
+}
+
+#[test]
+fn the_stop_action_without_a_budget_is_refused_with_the_fix() {
+    let error = gpuspan::Telemetry::builder()
+        .memory_budget_stop(true)
+        .build()
+        .expect_err("nothing to stop on");
+    let text = error.to_string();
+    assert!(text.contains("memory_budget_stop"), "{text}");
+    assert!(text.contains("set GPUSPAN_MEMORY_BUDGET"), "{text}");
+}

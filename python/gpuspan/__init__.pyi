@@ -37,6 +37,8 @@ class Telemetry:
         """Where near-OOM timelines and memory snapshots go, also when spans go over OTLP."""
     def findings(self, event: str) -> int:
         """How many diagnosis findings of one kind (``"gpu.memory.near_oom"``) so far."""
+    def stop_requested(self) -> str | None:
+        """Why gpuspan asks the loop to stop (``memory_budget_stop``), or ``None``."""
     @property
     def is_shut_down(self) -> bool: ...
     def flush(self) -> None: ...
@@ -107,6 +109,7 @@ def init(
     tensorboard: bool | str = ...,
     memory_budget: int | str = ...,
     memory_budget_error: bool | str = ...,
+    memory_budget_stop: bool | str = ...,
     leak_ratio: float = ...,
     leak_warmup: int = ...,
     near_oom_threshold: float | str = ...,

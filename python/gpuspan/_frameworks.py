@@ -60,6 +60,13 @@ class OpenSpans:
                 warn(f"could not end span {span!r}: {failure}")
 
 
+def stop_reason():
+    """Why gpuspan asks the training loop to stop (``memory_budget_stop``: a reading over
+    the memory budget), or ``None``."""
+    telemetry = gpuspan._telemetry
+    return None if telemetry is None else telemetry.stop_requested()
+
+
 def record_if_oom(error):
     """Reports ``error`` to :func:`gpuspan.record_oom` if it is a device out-of-memory
     error, while the spans it happened in are still open; returns whether it was."""

@@ -25,6 +25,10 @@ The class subclasses the ``Callback`` of the Lightning package the program uses
 (``lightning.pytorch``, or the older ``pytorch_lightning``); importing this module
 imports neither until ``GpuspanCallback`` is looked up.
 
+With ``memory_budget_stop`` (``GPUSPAN_MEMORY_BUDGET_STOP``), a reading over the memory
+budget sets ``trainer.should_stop`` at the end of that optimizer step (Lightning then ends
+the fit after it), and says why in one line on stderr.
+
 Threading: Lightning calls the hooks on its training thread.
 """
 
@@ -72,6 +76,10 @@ class _Hooks:
         # Without an optimizer step (accumulating, or a skipped batch) the step goes on.
         if trainer.global_step != self._step_began_at:
             self._spans.close("step")
+            reason = _frameworks.stop_reason()
+            if reason is not None and not trainer.should_stop:
+                trainer.should_stop = True
+                _frameworks.warn(f"stopping training after step {self._step_began_at}: {reason}")
 
     def on_train_epoch_end(self, trainer, pl_module):
         self._spans.close("epoch")  # and a step still open in it

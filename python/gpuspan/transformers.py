@@ -23,6 +23,10 @@ reported to gpuspan first). The wrappers do nothing for a trainer without a
 (:mod:`gpuspan._claim`). ``gpuspan.init()`` runs at the start of training or evaluation
 unless the program already called it.
 
+With ``memory_budget_stop`` (``GPUSPAN_MEMORY_BUDGET_STOP``), a reading over the memory
+budget sets ``control.should_training_stop`` at the end of that optimizer step, and says
+why in one line on stderr.
+
 Threading: the Trainer calls the hooks, ``train`` and ``evaluate`` on one thread.
 """
 
@@ -73,6 +77,10 @@ class GpuspanCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._spans.close("step")
+        reason = _frameworks.stop_reason()
+        if reason is not None and not control.should_training_stop:
+            control.should_training_stop = True
+            _frameworks.warn(f"stopping training after step {state.global_step}: {reason}")
 
     def on_epoch_end(self, args, state, control, **kwargs):
         self._spans.close("epoch")  # and a step the Trainer broke off

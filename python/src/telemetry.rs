@@ -75,7 +75,6 @@ impl Telemetry {
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
-    /// Whether `shutdown()` has run.
     /// Where diagnosis writes its files (near-OOM timelines, memory snapshots), also when
     /// spans go over OTLP.
     #[getter]
@@ -97,6 +96,16 @@ impl Telemetry {
             .unwrap_or(0)
     }
 
+    /// Why gpuspan asks the training loop to stop (`memory_budget_stop`: the first
+    /// reading over the memory budget), or `None`. A loop checks it at the end of a step.
+    fn stop_requested(&self) -> Option<String> {
+        self.inner
+            .lock()
+            .ok()
+            .and_then(|t| t.as_ref().and_then(|t| t.stop_requested()))
+    }
+
+    /// Whether `shutdown()` has run.
     #[getter]
     fn is_shut_down(&self) -> bool {
         self.inner.lock().map_or(true, |t| t.is_none())

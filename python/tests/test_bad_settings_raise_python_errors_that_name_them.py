@@ -46,6 +46,12 @@ def test_a_bad_keyword_value_is_a_value_error_naming_it(tmp_path, call, words):
         assert word in out, out
 
 
+def test_the_budget_stop_without_a_budget_is_a_value_error_naming_the_fix(tmp_path):
+    out = outcome(tmp_path, "gpuspan.init(memory_budget_stop=True)")
+    assert out.startswith("ValueError: "), out
+    assert "memory_budget_stop" in out and "set GPUSPAN_MEMORY_BUDGET" in out, out
+
+
 def test_an_unknown_keyword_is_a_type_error_listing_the_settings(tmp_path):
     out = outcome(tmp_path, "gpuspan.init(sample_intervall='5ms')")
     assert out.startswith("TypeError: "), out

@@ -37,6 +37,7 @@ SAMPLES = {
     "tensorboard": True,
     "memory_budget": "20GiB",
     "memory_budget_error": "yes",
+    "memory_budget_stop": "off",
     "leak_ratio": 1.5,
     "leak_warmup": 2,
     "near_oom_threshold": "90%",

@@ -15,6 +15,7 @@ pub(crate) mod peers;
 mod report;
 mod rules;
 pub(crate) mod settings;
+mod stop;
 mod tap;
 
 use std::path::PathBuf;
@@ -41,6 +42,7 @@ use counts::Counts;
 use near_oom::{Recorder, RingObserver};
 use open_spans::OpenSpans;
 use settings::DiagnoseSettings;
+use stop::{BudgetWatch, StopRequest};
 
 /// The highest peak against its budget.
 #[derive(Debug, Clone)]
@@ -104,7 +106,9 @@ pub(crate) struct Diagnosis {
     recorder: Arc<Recorder>,
     /// Reads the job's other ranks' alarms, in a job of several.
     peers: Option<peers::Watcher>,
-    limits: OnceLock<Limits>,
+    limits: Arc<OnceLock<Limits>>,
+    /// The budget's request to stop the loop (`GPUSPAN_MEMORY_BUDGET_STOP`).
+    stop: Arc<StopRequest>,
 }
 
 impl Diagnosis {
@@ -138,13 +142,33 @@ impl Diagnosis {
             open_spans,
             recorder,
             peers,
-            limits: OnceLock::new(),
+            limits: Arc::default(),
+            stop: Arc::default(),
         })
     }
 
-    /// The sampler's observers: the near-OOM ring.
+    /// The sampler's observers: the near-OOM ring, and the budget watch when a budget
+    /// may stop the loop.
     pub(crate) fn observers(&self) -> Vec<Box<dyn TickObserver>> {
-        vec![Box::new(RingObserver(Arc::clone(&self.recorder)))]
+        let mut observers: Vec<Box<dyn TickObserver>> =
+            vec![Box::new(RingObserver(Arc::clone(&self.recorder)))];
+        if self.settings.budget_stop && self.settings.budget.is_some() {
+            observers.push(Box::new(BudgetWatch {
+                limits: Arc::clone(&self.limits),
+                request: Arc::clone(&self.stop),
+            }));
+        }
+        observers
+    }
+
+    /// Why the budget asked the loop to stop, once it did.
+    pub(crate) fn stop_requested(&self) -> Option<String> {
+        self.stop.reason().map(str::to_owned)
+    }
+
+    /// Calls `handler` (on the sampler thread) when the budget asks the loop to stop.
+    pub(crate) fn on_stop_request(&self, handler: Box<dyn Fn(&str) + Send + Sync>) {
+        self.stop.on_request(handler);
     }
 
     /// Reads the devices and their totals once the sampler has started, for the budget.

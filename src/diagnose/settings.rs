@@ -11,7 +11,8 @@ use crate::config::table::{Row, Setting, Vars};
 pub(crate) use crate::config::vars::{
     GPUSPAN_LEAK_RATIO as LEAK_RATIO, GPUSPAN_LEAK_WARMUP as LEAK_WARMUP,
     GPUSPAN_MEMORY_BUDGET as MEMORY_BUDGET, GPUSPAN_MEMORY_BUDGET_ERROR as BUDGET_ERROR,
-    GPUSPAN_NEAR_OOM_THRESHOLD as NEAR_OOM_THRESHOLD, GPUSPAN_NEAR_OOM_WINDOW as NEAR_OOM_WINDOW,
+    GPUSPAN_MEMORY_BUDGET_STOP as BUDGET_STOP, GPUSPAN_NEAR_OOM_THRESHOLD as NEAR_OOM_THRESHOLD,
+    GPUSPAN_NEAR_OOM_WINDOW as NEAR_OOM_WINDOW,
 };
 use crate::error::InitError;
 
@@ -59,6 +60,7 @@ impl MemoryBudget {
 pub(crate) struct DiagnoseCode {
     pub(crate) budget: Option<MemoryBudget>,
     pub(crate) budget_error: Option<bool>,
+    pub(crate) budget_stop: Option<bool>,
     pub(crate) leak_ratio: Option<f64>,
     pub(crate) leak_warmup: Option<usize>,
     pub(crate) near_oom_threshold: Option<f64>,
@@ -70,6 +72,8 @@ pub(crate) struct DiagnoseCode {
 pub(crate) struct DiagnoseSettings {
     pub(crate) budget: Option<MemoryBudget>,
     pub(crate) budget_error: bool,
+    /// Whether the first reading over the budget asks the training loop to stop.
+    pub(crate) budget_stop: bool,
     pub(crate) leak_ratio: f64,
     pub(crate) leak_warmup: usize,
     pub(crate) near_oom_threshold: f64,
@@ -81,6 +85,7 @@ impl Default for DiagnoseSettings {
         Self {
             budget: None,
             budget_error: false,
+            budget_stop: false,
             leak_ratio: DEFAULT_LEAK_RATIO,
             leak_warmup: DEFAULT_LEAK_WARMUP,
             near_oom_threshold: DEFAULT_NEAR_OOM_THRESHOLD,
@@ -108,6 +113,13 @@ const BUDGET: Row<MemoryBudget> = Row::new(
 const BUDGET_ERROR_ROW: Row<bool> = Row::new(
     "memory_budget_error",
     Vars::Ordered(&[BUDGET_ERROR]),
+    parse::BOOLEAN,
+    "false",
+    parse::boolean,
+);
+const BUDGET_STOP_ROW: Row<bool> = Row::new(
+    "memory_budget_stop",
+    Vars::Ordered(&[BUDGET_STOP]),
     parse::BOOLEAN,
     "false",
     parse::boolean,
@@ -155,6 +167,7 @@ const NEAR_OOM_WINDOW_ROW: Row<Duration> = Row::new(
 pub(crate) const ROWS: &[Setting] = &[
     BUDGET.setting,
     BUDGET_ERROR_ROW.setting,
+    BUDGET_STOP_ROW.setting,
     LEAK_RATIO_ROW.setting,
     LEAK_WARMUP_ROW.setting,
     NEAR_OOM_THRESHOLD_ROW.setting,
@@ -172,9 +185,11 @@ pub(crate) fn resolve(
         Ok(layered(row, code, None, env)?.map_or(defaults, |(v, _)| v))
     };
     let defaults = DiagnoseSettings::default();
-    Ok(DiagnoseSettings {
+    let settings = DiagnoseSettings {
         budget: layered(&BUDGET, code.budget, None, env)?.map(|(b, _)| b),
         budget_error: layered(&BUDGET_ERROR_ROW, code.budget_error, None, env)?
+            .is_some_and(|(flag, _)| flag),
+        budget_stop: layered(&BUDGET_STOP_ROW, code.budget_stop, None, env)?
             .is_some_and(|(flag, _)| flag),
         leak_ratio: get(defaults.leak_ratio, &LEAK_RATIO_ROW, code.leak_ratio)?,
         leak_warmup: layered(&LEAK_WARMUP_ROW, code.leak_warmup, None, env)?
@@ -186,7 +201,21 @@ pub(crate) fn resolve(
         )?,
         near_oom_window: layered(&NEAR_OOM_WINDOW_ROW, code.near_oom_window, None, env)?
             .map_or(defaults.near_oom_window, |(w, _)| w),
-    })
+    };
+    if settings.budget_stop && settings.budget.is_none() {
+        let name = match code.budget_stop {
+            Some(_) => BUDGET_STOP_ROW.setting.name,
+            None => BUDGET_STOP,
+        };
+        return Err(SettingError::new(
+            name,
+            "true",
+            "false unless a memory budget is set too: set GPUSPAN_MEMORY_BUDGET (such as \
+             20GiB or 80%), the figure to stop on",
+        )
+        .into());
+    }
+    Ok(settings)
 }
 
 fn check_budget(budget: &MemoryBudget) -> Result<(), &'static str> {
@@ -263,6 +292,24 @@ mod tests {
             Err(InitError::InvalidSetting { name, .. }) => name,
             other => panic!("expected an invalid setting, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_stop_action_reads_as_a_boolean_and_needs_a_budget() {
+        let on = resolve_env(&[(MEMORY_BUDGET, "80%"), (BUDGET_STOP, "true")]).unwrap();
+        assert!(on.budget_stop);
+        assert!(!resolve_env(&[(MEMORY_BUDGET, "80%")]).unwrap().budget_stop);
+        assert_eq!(
+            error_names(resolve_env(&[(BUDGET_STOP, "yes")])),
+            BUDGET_STOP
+        );
+        assert_eq!(
+            error_names(resolve_env(&[
+                (MEMORY_BUDGET, "80%"),
+                (BUDGET_STOP, "maybe")
+            ])),
+            BUDGET_STOP
+        );
     }
 
     #[test]

@@ -21,6 +21,16 @@ impl Builder {
         self
     }
 
+    /// Whether the first reading over the budget asks the training loop to stop (else
+    /// `GPUSPAN_MEMORY_BUDGET_STOP`, else no): [`Telemetry::stop_requested`] then says why,
+    /// and integrations such as gpuspan-burn stop their trainer at the end of the step.
+    ///
+    /// [`Telemetry::stop_requested`]: crate::Telemetry::stop_requested
+    pub fn memory_budget_stop(mut self, stop: bool) -> Self {
+        self.diagnose.budget_stop = Some(stop);
+        self
+    }
+
     /// The ratio rule's factor: a leak is suspected when an epoch ends with this many times
     /// the first epoch's memory (else `GPUSPAN_LEAK_RATIO`, else
     /// 1.5). Must be above 1.

@@ -188,6 +188,36 @@ impl Telemetry {
             .map_or(0, |inner| inner.diagnosis.findings(event))
     }
 
+    /// Why gpuspan asks the training loop to stop, once it does: with
+    /// `GPUSPAN_MEMORY_BUDGET_STOP` (or [`Builder::memory_budget_stop`]), the first reading
+    /// over a device's budget. A loop of one's own checks it at the end of each step:
+    ///
+    /// ```
+    /// # let telemetry = gpuspan::Telemetry::builder().disabled(true).build().unwrap();
+    /// for step in 0..100u64 {
+    ///     let _step = gpuspan::step_span!(step);
+    ///     // ... forward, backward, optimizer step ...
+    ///     if let Some(reason) = telemetry.stop_requested() {
+    ///         eprintln!("{reason}");
+    ///         break;
+    ///     }
+    /// }
+    /// ```
+    pub fn stop_requested(&self) -> Option<String> {
+        self.inner.as_ref()?.diagnosis.stop_requested()
+    }
+
+    /// Calls `handler` with the reason when gpuspan asks the training loop to stop (see
+    /// [`Telemetry::stop_requested`]), or at once if it has asked already; for a trainer
+    /// that owns the loop and has a stop flag of its own. The handler runs on the sampler
+    /// thread and must return at once: set the flag, nothing more. It is never called
+    /// when disabled.
+    pub fn on_stop_request(&self, handler: impl Fn(&str) + Send + Sync + 'static) {
+        if let Some(inner) = &self.inner {
+            inner.diagnosis.on_stop_request(Box::new(handler));
+        }
+    }
+
     /// How the sampler kept its schedule so far.
     pub fn sampler_stats(&self) -> Option<SamplerStats> {
         self.inner.as_ref().map(|i| i.state.shared.stats())
