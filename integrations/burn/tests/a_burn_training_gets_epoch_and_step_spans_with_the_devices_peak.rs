@@ -5,6 +5,7 @@
 //!   end of that step;
 //! - burn's experiment log still written, as burn writes it;
 //! - the `burn_train` example, run as a user runs it;
+//! - the leak rules and the summary table on burn's epochs;
 //! - a subscriber installed first is a clear error.
 
 use gpuspan_test_support as support;
@@ -50,6 +51,16 @@ fn spike(case: &str, n: u64) -> u64 {
     }
 }
 
+/// Device memory between the spikes of step `n`: in the leak case, each epoch keeps 600 MiB
+/// more than the one before.
+fn base(case: &str, n: u64) -> u64 {
+    if case == "leak" {
+        BASE + n / ITERATIONS * 600 * MIB
+    } else {
+        BASE
+    }
+}
+
 /// What the child's train steps reach for: the fake and the case.
 struct Script {
     fake: FakeNvml,
@@ -66,7 +77,7 @@ impl Script {
         let n = self.steps.fetch_add(1, Ordering::SeqCst);
         self.fake.set_memory(0, spike(&self.case, n), TOTAL);
         self.wait_reads(3);
-        self.fake.set_memory(0, BASE, TOTAL);
+        self.fake.set_memory(0, base(&self.case, n), TOTAL);
         self.wait_reads(3);
     }
 
@@ -349,6 +360,42 @@ fn a_reading_over_the_budget_stops_burns_training_at_the_end_of_that_step() {
         log.contains(&format!("Training interrupted: {reason}")),
         "burn's log says why:\n{log}"
     );
+}
+
+#[test]
+fn the_leak_rules_and_the_summary_read_burns_epochs() {
+    let root = tempfile::tempdir().unwrap();
+    let output = train("leak", root.path(), &[("GPUSPAN_LEAK_WARMUP", "0")]);
+    let spans = read_spans(&root.path().join("runs").join("leak"));
+    let epochs = named(&spans, "epoch");
+    let ends: Vec<Option<i64>> = epochs.iter().map(|e| int(e, "gpu.memory.end")).collect();
+    let mib = |m: u64| Some((m * MIB) as i64);
+    assert_eq!(ends, vec![mib(1000), mib(1600), mib(2200)]);
+    let leaks: Vec<i64> = epochs
+        .iter()
+        .filter(|e| {
+            e.events
+                .iter()
+                .any(|ev| ev.name == "gpu.memory.leak_suspected")
+        })
+        .map(|e| int(e, "ml.epoch").unwrap())
+        .collect();
+    assert_eq!(
+        leaks,
+        vec![2],
+        "1600 MiB is 1.6 times the first epoch's end"
+    );
+
+    let summary = String::from_utf8_lossy(&output.stderr);
+    let rows: Vec<&str> = summary
+        .lines()
+        .filter(|line| line.trim_start().starts_with(['1', '2', '3']))
+        .collect();
+    assert_eq!(rows.len(), 3, "one summary row per burn epoch:\n{summary}");
+    assert!(rows
+        .iter()
+        .all(|row| row.split_whitespace().nth(1) == Some("4")));
+    assert!(rows[1].contains("leak? ratio"), "{summary}");
 }
 
 #[test]
