@@ -9,9 +9,15 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 
 /// The example binary `cargo test` built next to the test binaries.
 pub fn train_binary() -> PathBuf {
+    example_binary("train")
+}
+
+/// An example binary of the package under test, which `cargo test` builds next to the
+/// test binaries.
+pub fn example_binary(name: &str) -> PathBuf {
     let deps = std::env::current_exe().unwrap();
     let profile_dir = deps.parent().unwrap().parent().unwrap();
-    let binary = profile_dir.join("examples").join("train");
+    let binary = profile_dir.join("examples").join(name);
     assert!(
         binary.exists(),
         "{} is missing: run the tests with `cargo test`, which builds the examples",

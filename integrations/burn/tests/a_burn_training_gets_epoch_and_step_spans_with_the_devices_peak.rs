@@ -26,7 +26,7 @@ use burn::train::{
     InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
 };
 use opentelemetry_proto::tonic::trace::v1::Span;
-use support::example::{int, read_spans};
+use support::example::{example_binary, int, read_spans};
 use support::fake_nvml::{FakeNvml, MIB};
 
 /// The variable that makes the ignored test below the training of one case.
@@ -416,13 +416,7 @@ fn a_subscriber_set_first_is_a_clear_error() {
 fn the_burn_train_example_records_its_epochs_and_steps_as_a_user_runs_it() {
     let root = tempfile::tempdir().unwrap();
     let fake = FakeNvml::build();
-    let example = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("examples")
-        .join("burn_train");
+    let example = example_binary("burn_train");
     let output = Command::new(&example)
         .args(["2", root.path().join("artifacts").to_str().unwrap()])
         .current_dir(root.path())

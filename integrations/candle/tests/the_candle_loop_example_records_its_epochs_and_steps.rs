@@ -4,23 +4,16 @@
 
 use gpuspan_test_support as support;
 
-use std::path::Path;
 use std::process::Command;
 
-use support::example::{int, read_spans};
+use support::example::{example_binary, int, read_spans};
 use support::fake_nvml::{FakeNvml, MIB};
 
 #[test]
 fn every_epoch_and_batch_of_the_candle_loop_is_a_span_with_the_devices_memory() {
     let root = tempfile::tempdir().unwrap();
     let fake = FakeNvml::build();
-    let example = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("examples")
-        .join("candle_loop");
+    let example = example_binary("candle_loop");
     let output = Command::new(&example)
         .arg("2")
         .current_dir(root.path())
