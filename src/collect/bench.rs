@@ -29,17 +29,8 @@ impl Timeline {
 
     /// One tick: memory used per device at `unix_nanos`.
     pub fn push(&self, unix_nanos: u64, used: &[Option<u64>]) {
-        let tick = Tick {
-            unix_nanos,
-            devices: used,
-            totals: &[],
-            process_gpu: None,
-            process_resolution_ns: None,
-            host_rss: None,
-            allocated: None,
-            reserved: None,
-        };
-        self.timelines.record(&tick, None, 0);
+        self.timelines
+            .record(&Tick::of_devices(unix_nanos, used), None, 0);
     }
 
     /// The peak of the devices' sum over a window.

@@ -116,16 +116,7 @@ mod tests {
     }
 
     fn tick(devices: &[Option<u64>]) -> Tick<'_> {
-        Tick {
-            unix_nanos: 0,
-            devices,
-            totals: &[],
-            process_gpu: None,
-            process_resolution_ns: None,
-            host_rss: None,
-            allocated: None,
-            reserved: None,
-        }
+        Tick::of_devices(0, devices)
     }
 
     #[test]

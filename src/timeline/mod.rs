@@ -40,6 +40,23 @@ pub(crate) struct Tick<'a> {
     pub(crate) reserved: Option<u64>,
 }
 
+impl<'a> Tick<'a> {
+    /// A tick of device memory alone, for tests and benches that feed observers.
+    #[cfg(any(test, feature = "__bench"))]
+    pub(crate) fn of_devices(unix_nanos: u64, devices: &'a [Option<u64>]) -> Self {
+        Self {
+            unix_nanos,
+            devices,
+            totals: &[],
+            process_gpu: None,
+            process_resolution_ns: None,
+            host_rss: None,
+            allocated: None,
+            reserved: None,
+        }
+    }
+}
+
 /// Something that keeps ticks. Called on the sampler thread after every reading.
 pub(crate) trait TickObserver: Send {
     /// One reading; must return in microseconds.

@@ -442,14 +442,8 @@ mod tests {
             let used = [Some(v)];
             let totals = [Some(100)];
             ring.push(&Tick {
-                unix_nanos: 1000 * (i as u64 + 1),
-                devices: &used,
                 totals: &totals,
-                process_gpu: None,
-                process_resolution_ns: None,
-                host_rss: None,
-                allocated: None,
-                reserved: None,
+                ..Tick::of_devices(1000 * (i as u64 + 1), &used)
             });
         }
         ring
