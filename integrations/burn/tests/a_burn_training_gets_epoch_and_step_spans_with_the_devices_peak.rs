@@ -6,14 +6,16 @@
 //! - burn's experiment log still written, as burn writes it;
 //! - the `burn_train` example, run as a user runs it;
 //! - the leak rules and the summary table on burn's epochs;
-//! - a subscriber installed first is a clear error.
+//! - a subscriber installed first is a clear error;
+//! - on burn's wgpu backend (CubeCL, on Mesa's software Vulkan), each step's allocator
+//!   figures are the pool the backend reports.
 
 use gpuspan_test_support as support;
 
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use burn::data::dataloader::batcher::Batcher;
@@ -61,11 +63,15 @@ fn base(case: &str, n: u64) -> u64 {
     }
 }
 
-/// What the child's train steps reach for: the fake and the case.
+/// What the child's train steps reach for: the fake, the case, and the device whose
+/// allocator they read.
 struct Script {
     fake: FakeNvml,
     case: String,
     steps: AtomicU64,
+    device: Device,
+    /// The allocator's (in use, reserved) bytes as each train step starts.
+    pools: Mutex<Vec<(u64, u64)>>,
 }
 
 static SCRIPT: OnceLock<Arc<Script>> = OnceLock::new();
@@ -74,6 +80,10 @@ impl Script {
     /// Raises the device to this step's spike until the sampler has read it, then frees it
     /// and waits for the sampler to read that too, so the step ends at the base.
     fn spike(&self) {
+        if let Some(pool) = self.device.memory_pool_usage() {
+            let mut pools = self.pools.lock().unwrap();
+            pools.push((pool.bytes_in_use, pool.bytes_reserved));
+        }
         let n = self.steps.fetch_add(1, Ordering::SeqCst);
         self.fake.set_memory(0, spike(&self.case, n), TOTAL);
         self.wait_reads(3);
@@ -165,15 +175,22 @@ fn training() {
         println!("error: {error}");
         return;
     }
+    // burn's wgpu backend, on Mesa's software Vulkan here: a CubeCL backend whose
+    // allocator reports its pool.
+    let device = match case.as_str() {
+        "wgpu" => Device::wgpu(Default::default()).autodiff(),
+        _ => Device::flex().autodiff(),
+    };
     let script = Arc::new(Script {
         fake,
         case,
         steps: AtomicU64::new(0),
+        device: device.clone(),
+        pools: Mutex::new(Vec::new()),
     });
     let _ = SCRIPT.set(Arc::clone(&script));
     let gpuspan = gpuspan_burn::Gpuspan::with_builder(builder, &artifacts).unwrap();
 
-    let device = Device::flex().autodiff();
     let loader = || {
         DataLoaderBuilder::new(Batches)
             .batch_size(2)
@@ -189,6 +206,9 @@ fn training() {
     let result = gpuspan.launch(training, learner);
 
     assert!(result.error.is_none(), "{:?}", result.error);
+    for (n, (in_use, reserved)) in script.pools.lock().unwrap().iter().enumerate() {
+        println!("pool at step {n}: {in_use} {reserved}");
+    }
     if let Some(interruption) = result.interrupted {
         println!("interrupted: {}", interruption.reason.unwrap_or_default());
     }
@@ -272,6 +292,11 @@ fn every_epoch_and_iteration_is_a_span_with_the_devices_peak_in_it_and_burns_log
         );
         assert_eq!(int(step, "gpu.memory.start"), Some(BASE as i64), "step {n}");
         assert_eq!(int(step, "gpu.memory.end"), Some(BASE as i64), "step {n}");
+        assert_eq!(
+            int(step, "gpu.allocator.reserved.peak"),
+            None,
+            "burn's CPU backend reports no allocator: nothing is made up"
+        );
     }
     for epoch in &epochs {
         let highest = spike(
@@ -360,6 +385,59 @@ fn a_reading_over_the_budget_stops_burns_training_at_the_end_of_that_step() {
         log.contains(&format!("Training interrupted: {reason}")),
         "burn's log says why:\n{log}"
     );
+}
+
+#[test]
+fn on_a_cubecl_backend_each_step_carries_the_allocators_pool_at_its_edges() {
+    let drivers = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"];
+    assert!(
+        drivers
+            .iter()
+            .any(|dir| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())),
+        "burn's wgpu backend needs a Vulkan driver: Mesa's software one is Debian's \
+         mesa-vulkan-drivers (what .ci/run installs)"
+    );
+    let root = tempfile::tempdir().unwrap();
+    let output = train("wgpu", root.path(), &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // (in use, reserved) as each train step started, read by the step itself.
+    let pools: Vec<(i64, i64)> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("pool at step "))
+        .map(|rest| {
+            let figures: Vec<i64> = rest
+                .split_whitespace()
+                .skip(1)
+                .map(|f| f.parse().unwrap())
+                .collect();
+            (figures[0], figures[1])
+        })
+        .collect();
+    assert_eq!(pools.len(), EPOCHS * ITERATIONS as usize, "{stdout}");
+    assert!(pools.iter().all(|&(_, reserved)| reserved > 0), "{pools:?}");
+
+    let spans = read_spans(&root.path().join("runs").join("wgpu"));
+    let steps = named(&spans, "step");
+    assert_eq!(steps.len(), pools.len());
+    for (n, step) in steps.iter().enumerate() {
+        let allocated = int(step, "gpu.allocator.allocated.peak");
+        let reserved = int(step, "gpu.allocator.reserved.peak");
+        assert!(allocated.is_some() && reserved.is_some(), "step {n}");
+        // Read at its start and at the next one's (within an epoch, where no other work
+        // comes between). The pool only grows, so its reserved peak is exact. The device
+        // runs behind the host and frees as it catches up, so the bytes in use read at a
+        // span's edge are at least what the step read a moment later, and never above the
+        // pool.
+        if !(n as u64 + 1).is_multiple_of(ITERATIONS) {
+            let (now, next) = (pools[n], pools[n + 1]);
+            assert_eq!(reserved, Some(now.1.max(next.1)), "step {n}");
+            let allocated = allocated.unwrap();
+            assert!(
+                allocated >= now.0.max(next.0) && allocated <= next.1,
+                "step {n}: {allocated} in use against {now:?} and {next:?}"
+            );
+        }
+    }
 }
 
 #[test]
