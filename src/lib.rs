@@ -49,10 +49,10 @@
 //! - `otlp-grpc` (default): OTLP over gRPC.
 //! - `otlp-http` (default): OTLP over HTTP/protobuf.
 //! - `prometheus` (default): the optional Prometheus scrape endpoint.
-//! - `png`: [`report::png`] rasterizes the report picture (resvg).
+//! - `png`: `report::png` rasterizes the report picture (resvg).
 //! - `cli`: the `gpuspan` command (`report`, `watch`); includes `png`.
-//! - `collect`: [`collect`], the OTLP receiver behind `gpuspan collect` and `gpuspan run`
-//!   (implies `cli`).
+//! - `collect`: the `collect` module, the OTLP receiver behind `gpuspan collect` and
+//!   `gpuspan run` (implies `cli`).
 
 #![warn(missing_docs, unreachable_pub, clippy::undocumented_unsafe_blocks)]
 
