@@ -42,7 +42,8 @@ macro_rules! step_span {
     };
 }
 
-/// Opens a span with the given name (a string literal) that records memory when its
+/// Opens a span with the given name (a string literal, or a constant such as
+/// [`names::span::VALIDATION`](crate::names::span::VALIDATION)) that records memory when its
 /// [`MemorySpan`](crate::MemorySpan) guard drops: for phases such as `"forward"`,
 /// `"backward"`, `"eval"` or `"checkpoint"`.
 ///
@@ -51,7 +52,7 @@ macro_rules! step_span {
 /// ```
 #[macro_export]
 macro_rules! memory_span {
-    ($name:literal $(, $($fields:tt)*)?) => {
+    ($name:expr $(, $($fields:tt)*)?) => {
         $crate::__memory_span!($name $(, $($fields)*)?)
     };
 }

@@ -152,7 +152,7 @@ impl Diagnosis {
     pub(crate) fn observers(&self) -> Vec<Box<dyn TickObserver>> {
         let mut observers: Vec<Box<dyn TickObserver>> =
             vec![Box::new(RingObserver(Arc::clone(&self.recorder)))];
-        if self.settings.budget_stop && self.settings.budget.is_some() {
+        if self.settings.budget_stop {
             observers.push(Box::new(BudgetWatch {
                 limits: Arc::clone(&self.limits),
                 request: Arc::clone(&self.stop),

@@ -210,8 +210,10 @@ pub(crate) fn resolve(
         return Err(SettingError::new(
             name,
             "true",
-            "false unless a memory budget is set too: set GPUSPAN_MEMORY_BUDGET (such as \
-             20GiB or 80%), the figure to stop on",
+            format!(
+                "false unless a memory budget is set too: set {MEMORY_BUDGET} (such as 20GiB \
+                 or 80%), the figure to stop on"
+            ),
         )
         .into());
     }

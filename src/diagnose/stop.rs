@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::Limits;
+use crate::config::vars::GPUSPAN_MEMORY_BUDGET_STOP;
 use crate::timeline::{Tick, TickObserver};
 use crate::util::bytes;
 use crate::util::sync::lock;
@@ -85,7 +86,7 @@ impl TickObserver for BudgetWatch {
             let figure = |b: u64| bytes::human(i64::try_from(b).unwrap_or(i64::MAX));
             self.request.request(format!(
                 "gpuspan: gpu {index} reached {}, over the memory budget of {} \
-                 (GPUSPAN_MEMORY_BUDGET_STOP)",
+                 ({GPUSPAN_MEMORY_BUDGET_STOP})",
                 figure(used),
                 figure(budget),
             ));

@@ -34,7 +34,18 @@ pub fn run_train(args: &[&str], envs: &[(&str, &str)]) -> Output {
 
 /// The command [`run_train`] runs, for a test that starts `train` and acts while it runs.
 pub fn train_command(args: &[&str], envs: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(train_binary());
+    clean_command(train_binary(), args, envs)
+}
+
+/// `program` with `args`, as a user would start it: every gpuspan, OTel, fake-NVML and
+/// CUDA variable of the test process cleared (the fake's latency switch kept), then
+/// `envs` set.
+pub fn clean_command(
+    program: impl AsRef<std::ffi::OsStr>,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Command {
+    let mut command = Command::new(program);
     command.args(args);
     for (key, _) in std::env::vars() {
         if key.starts_with("OTEL_")

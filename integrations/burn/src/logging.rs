@@ -99,6 +99,11 @@ fn chain_panic_hook(log_file: PathBuf) {
     }));
 }
 
+thread_local! {
+    /// The line being read, reused: the training thread allocates nothing per line.
+    static MESSAGE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
 /// The `log` logger: burn's boundaries first, then tracing.
 struct Bridge(LogTracer);
 
@@ -109,8 +114,14 @@ impl log::Log for Bridge {
 
     fn log(&self, record: &log::Record<'_>) {
         if record.level() == log::Level::Info && record.target().starts_with("burn_train") {
-            let message = record.args().to_string();
-            if let Some(boundary) = steps::boundary(record.target(), &message) {
+            let boundary = MESSAGE.with(|message| {
+                // A line logged while this one is formatted is not burn's loop.
+                let mut message = message.try_borrow_mut().ok()?;
+                message.clear();
+                let _ = std::fmt::Write::write_fmt(&mut *message, *record.args());
+                steps::boundary(record.target(), &message)
+            });
+            if let Some(boundary) = boundary {
                 push_allocator();
                 steps::cross(boundary);
             }

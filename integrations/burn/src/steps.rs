@@ -20,6 +20,7 @@
 
 use std::cell::RefCell;
 
+use gpuspan::names::span::VALIDATION;
 use gpuspan::MemorySpan;
 
 /// A point in burn's loop that opens or closes spans.
@@ -94,7 +95,7 @@ impl Open {
             }
             Boundary::Validation(epoch) => {
                 self.close_inner();
-                self.validation = Some(gpuspan::memory_span!("validation", ml.epoch = epoch));
+                self.validation = Some(gpuspan::memory_span!(VALIDATION, ml.epoch = epoch));
             }
             Boundary::Interrupted => self.close_all(),
         }

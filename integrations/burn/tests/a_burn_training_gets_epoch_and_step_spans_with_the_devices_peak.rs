@@ -13,7 +13,7 @@
 use gpuspan_test_support as support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use burn::train::{
     InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
 };
 use opentelemetry_proto::tonic::trace::v1::Span;
-use support::example::{example_binary, int, read_spans};
+use support::example::{clean_command, example_binary, int, read_spans};
 use support::fake_nvml::{FakeNvml, MIB};
 
 /// The variable that makes the ignored test below the training of one case.
@@ -217,22 +217,18 @@ fn training() {
 
 /// Runs the training of `case` in a process of its own; `envs` on top.
 fn train(case: &str, root: &Path, envs: &[(&str, &str)]) -> Output {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "training",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let args = [
+        "training",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ];
+    let output = clean_command(std::env::current_exe().unwrap(), &args, envs)
         .env(CASE, case)
         .env(ARTIFACTS, root.join("artifacts"))
         .env("GPUSPAN_RUN_DIR", root.join("runs"))
         .env("GPUSPAN_RUN_ID", case)
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("GPUSPAN_MEMORY_BUDGET")
-        .env_remove("GPUSPAN_MEMORY_BUDGET_STOP")
-        .envs(envs.iter().copied())
         .output()
         .unwrap();
     assert!(
@@ -495,14 +491,14 @@ fn the_burn_train_example_records_its_epochs_and_steps_as_a_user_runs_it() {
     let root = tempfile::tempdir().unwrap();
     let fake = FakeNvml::build();
     let example = example_binary("burn_train");
-    let output = Command::new(&example)
-        .args(["2", root.path().join("artifacts").to_str().unwrap()])
+    let artifacts = root.path().join("artifacts");
+    let envs = [
+        ("FAKE_NVML_USED_MIB", "3072"),
+        ("GPUSPAN_RUN_ID", "example"),
+    ];
+    let output = clean_command(&example, &["2", artifacts.to_str().unwrap()], &envs)
         .current_dir(root.path())
         .env("GPUSPAN_NVML_LIB", fake.path())
-        .env("FAKE_NVML_USED_MIB", "3072")
-        .env("GPUSPAN_RUN_ID", "example")
-        .env_remove("GPUSPAN_RUN_DIR")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .output()
         .unwrap_or_else(|e| panic!("{} runs: {e}", example.display()));
     assert!(

@@ -4,9 +4,7 @@
 
 use gpuspan_test_support as support;
 
-use std::process::Command;
-
-use support::example::{example_binary, int, read_spans};
+use support::example::{clean_command, example_binary, int, read_spans};
 use support::fake_nvml::{FakeNvml, MIB};
 
 #[test]
@@ -14,14 +12,10 @@ fn every_epoch_and_batch_of_the_candle_loop_is_a_span_with_the_devices_memory() 
     let root = tempfile::tempdir().unwrap();
     let fake = FakeNvml::build();
     let example = example_binary("candle_loop");
-    let output = Command::new(&example)
-        .arg("2")
+    let envs = [("FAKE_NVML_USED_MIB", "2500"), ("GPUSPAN_RUN_ID", "candle")];
+    let output = clean_command(&example, &["2"], &envs)
         .current_dir(root.path())
         .env("GPUSPAN_NVML_LIB", fake.path())
-        .env("FAKE_NVML_USED_MIB", "2500")
-        .env("GPUSPAN_RUN_ID", "candle")
-        .env_remove("GPUSPAN_RUN_DIR")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .output()
         .unwrap_or_else(|e| panic!("{} runs: {e}", example.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);
