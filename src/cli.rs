@@ -433,7 +433,7 @@ fn watch(every: Duration, count: Option<u64>) -> Result<(), CommandError> {
                 let total = d
                     .total
                     .map_or("-".into(), |b| crate::util::bytes::mib(b as f64, 0));
-                format!("gpu {}: {used} / {total}", d.device.index)
+                format!("gpu {}: {used} / {total}", d.device.id())
             })
             .collect();
         println!("{}", cells.join("   "));

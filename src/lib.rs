@@ -106,6 +106,7 @@ pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
 pub use export::health::{ExportCounts, ExportTally};
 pub use layer::record_allocator;
+pub use record::GpuId;
 pub use sampler::{DriverCheck, SamplerStats};
 pub use source::{
     Device, DeviceReading, DeviceScope, DeviceScopeError, DriverPeak, MemorySource, ProcessLister,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use opentelemetry::metrics::{Histogram, Meter};
 use opentelemetry::KeyValue;
 
-use crate::figures::int;
+use crate::figures::{device_attributes, int};
 use crate::names::{attribute as attr, metric};
 use crate::record::{Role, SpanRecord};
 use crate::sampler::{figure, Call, SelfMeter, Shared};
@@ -29,13 +29,14 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
         .devices()
         .iter()
         .map(|device| {
-            vec![
+            let mut attributes = vec![
                 KeyValue::new(attr::HW_ID, device.uuid.clone()),
                 KeyValue::new(attr::HW_NAME, device.name.clone()),
                 KeyValue::new(attr::HW_VENDOR, device.vendor.clone()),
                 KeyValue::new(attr::HW_TYPE, "gpu"),
-                KeyValue::new(attr::GPU_INDEX, i64::from(device.index)),
-            ]
+            ];
+            attributes.extend(device_attributes(device.id()));
+            attributes
         })
         .collect();
 

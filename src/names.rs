@@ -92,8 +92,12 @@ pub mod attribute {
     /// The highest host resident memory while the span was open.
     pub const PROCESS_MEMORY_PEAK: &str = "process.memory.peak";
 
-    /// A device's NVML index (on events and device metrics).
+    /// A device's NVML index (on events and device metrics); for a MIG instance, its parent
+    /// GPU's.
     pub const GPU_INDEX: &str = "gpu.index";
+    /// A MIG instance's index on its GPU (on events and device metrics), next to
+    /// [`GPU_INDEX`]; absent for a whole GPU.
+    pub const GPU_MIG_INDEX: &str = "gpu.mig.index";
     /// Device memory in use when a near-OOM or OOM finding was made.
     pub const GPU_MEMORY_USED: &str = "gpu.memory.used";
     /// The device's total memory, on near-OOM and OOM findings.

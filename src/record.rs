@@ -27,11 +27,88 @@ pub enum Role {
     Other,
 }
 
+/// Which device a figure belongs to: a GPU by its NVML index, or one MIG instance of it.
+///
+/// Written `0` for GPU 0 and `0.mig1` for MIG instance 1 of GPU 0, as in the keys
+/// `gpu.0.memory.peak` and `gpu.0.mig1.memory.peak`. Ordered by GPU, then instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GpuId {
+    /// The GPU's NVML index (`gpu.index`); for a MIG instance, its parent GPU's.
+    pub index: u32,
+    /// The MIG instance's index on that GPU (`gpu.mig.index`), as NVML numbers the
+    /// instances of one GPU; `None` for a whole GPU.
+    pub mig: Option<u32>,
+}
+
+impl GpuId {
+    /// A whole GPU.
+    pub const fn gpu(index: u32) -> Self {
+        Self { index, mig: None }
+    }
+
+    /// MIG instance `mig` of GPU `index`.
+    pub const fn mig(index: u32, mig: u32) -> Self {
+        Self {
+            index,
+            mig: Some(mig),
+        }
+    }
+}
+
+impl std::fmt::Display for GpuId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.mig {
+            None => write!(f, "{}", self.index),
+            Some(mig) => write!(f, "{}.mig{mig}", self.index),
+        }
+    }
+}
+
+impl std::str::FromStr for GpuId {
+    type Err = std::num::ParseIntError;
+
+    /// Reads `0` or `0.mig1`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.split_once(".mig") {
+            None => Ok(Self::gpu(text.parse()?)),
+            Some((index, mig)) => Ok(Self::mig(index.parse()?, mig.parse()?)),
+        }
+    }
+}
+
+/// In files (`sampler.json`, `limits.json`): a GPU as its NVML index, a number, as files
+/// written before MIG instances had one; a MIG instance as text (`"0.mig1"`).
+impl serde::Serialize for GpuId {
+    fn serialize<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        match self.mig {
+            None => out.serialize_u32(self.index),
+            Some(_) => out.collect_str(self),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GpuId {
+    fn deserialize<D: serde::Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Index(u32),
+            Text(String),
+        }
+        match Written::deserialize(input)? {
+            Written::Index(index) => Ok(Self::gpu(index)),
+            Written::Text(text) => text.parse().map_err(|_| {
+                serde::de::Error::custom(format!("'{text}' is not a device (0, 0.mig1, ...)"))
+            }),
+        }
+    }
+}
+
 /// One device's figures on a span (`gpu.<i>.memory.*`), present with several devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceFigures {
-    /// The device's NVML index.
-    pub index: u32,
+    /// The device.
+    pub id: GpuId,
     /// At the span's start.
     pub start: Option<i64>,
     /// Highest while it was open.
@@ -86,5 +163,39 @@ impl SpanRecord {
     /// Seconds between start and end.
     pub fn seconds(&self) -> f64 {
         self.end_unix_nanos.saturating_sub(self.start_unix_nanos) as f64 / 1e9
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GpuId;
+
+    #[test]
+    fn a_device_reads_back_as_written_in_keys_and_in_files() {
+        for id in [
+            GpuId::gpu(0),
+            GpuId::gpu(7),
+            GpuId::mig(0, 1),
+            GpuId::mig(3, 6),
+        ] {
+            assert_eq!(id.to_string().parse::<GpuId>(), Ok(id));
+            let json = serde_json::to_string(&id).unwrap();
+            assert_eq!(serde_json::from_str::<GpuId>(&json).unwrap(), id);
+        }
+        assert_eq!(GpuId::mig(0, 1).to_string(), "0.mig1");
+        // A whole GPU is a number in files, as before MIG instances had an id.
+        assert_eq!(serde_json::to_string(&GpuId::gpu(3)).unwrap(), "3");
+        assert_eq!(
+            serde_json::to_string(&GpuId::mig(3, 2)).unwrap(),
+            "\"3.mig2\""
+        );
+        assert!("0.mig".parse::<GpuId>().is_err());
+        assert!("gpu0".parse::<GpuId>().is_err());
+        let err = serde_json::from_str::<GpuId>("\"a.mig1\"").unwrap_err();
+        assert!(
+            err.to_string().contains("'a.mig1' is not a device"),
+            "{err}"
+        );
+        assert!(GpuId::gpu(0) < GpuId::mig(0, 0) && GpuId::mig(0, 6) < GpuId::gpu(1));
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use cudarc::driver::{result, sys, DriverError};
 
-use crate::record::{Memory, SpanRecord};
+use crate::record::{GpuId, Memory, SpanRecord};
 use crate::util::bytes;
 
 /// The driver rounds allocations up to this (2 MiB pages): a rise this much short of the
@@ -69,7 +69,7 @@ pub(crate) struct Outcome {
 
 /// One device's test, before its span is read back.
 struct Tested {
-    index: u32,
+    id: GpuId,
     name: String,
     context: Option<u64>,
     /// Bytes allocated and held, or why nothing could be.
@@ -148,7 +148,10 @@ pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestE
             "read a device's UUID",
             result::device::get_uuid(device),
         )?);
-        let Some(position) = devices.iter().position(|d| d.device.uuid == uuid) else {
+        let Some(position) = devices
+            .iter()
+            .position(|d| uuid_body(&d.device.uuid) == uuid)
+        else {
             continue;
         };
         let info = &devices[position].device;
@@ -189,7 +192,7 @@ pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestE
             result::primary_ctx::release(device)
         })?;
         tested.push(Tested {
-            index: info.index,
+            id: info.id(),
             name: info.name.clone(),
             context: context_bytes,
             allocated,
@@ -218,7 +221,15 @@ pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestE
     ))
 }
 
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML spells a device's UUID.
+/// NVML's UUID of a device (`GPU-...`) or MIG instance (`MIG-...`) without its prefix, as
+/// [`uuid_string`] spells CUDA's.
+fn uuid_body(uuid: &str) -> String {
+    uuid.split_once('-')
+        .map_or(uuid, |(_, body)| body)
+        .to_ascii_lowercase()
+}
+
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`: CUDA's UUID of a device or MIG instance.
 fn uuid_string(uuid: &sys::CUuuid) -> String {
     let hex: Vec<String> = uuid
         .bytes
@@ -226,7 +237,7 @@ fn uuid_string(uuid: &sys::CUuuid) -> String {
         .map(|&b| format!("{:02x}", b as u8))
         .collect();
     format!(
-        "GPU-{}-{}-{}-{}-{}",
+        "{}-{}-{}-{}-{}",
         hex[0..4].concat(),
         hex[4..6].concat(),
         hex[6..8].concat(),
@@ -237,11 +248,11 @@ fn uuid_string(uuid: &sys::CUuuid) -> String {
 
 /// The device's start, peak and end on `span`: its own figures with several devices in
 /// scope, the sum with one.
-fn device_memory(span: &SpanRecord, index: u32, in_scope: usize) -> Option<Memory> {
+fn device_memory(span: &SpanRecord, id: GpuId, in_scope: usize) -> Option<Memory> {
     if in_scope == 1 {
         return span.gpu;
     }
-    let device = span.devices.iter().find(|d| d.index == index)?;
+    let device = span.devices.iter().find(|d| d.id == id)?;
     Some(Memory {
         start: device.start?,
         peak: device.peak?,
@@ -285,7 +296,7 @@ fn check(
             let memory = if process {
                 span.process_gpu
             } else {
-                device_memory(span, test.index, in_scope)
+                device_memory(span, test.id, in_scope)
             };
             match saw(memory, size) {
                 Some((rise, true)) => mib(rise),
@@ -359,7 +370,8 @@ fn report(
             table,
             "{:>4}  {:<24} {context:>9} {allocated:>10} {held:>10} {spike:>11} {process:>13}  \
              {result}",
-            test.index, test.name
+            test.id.to_string(),
+            test.name
         );
     }
     if tested.is_empty() {

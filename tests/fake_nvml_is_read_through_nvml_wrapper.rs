@@ -13,8 +13,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use support::fake_nvml::{
-    code, uuid_of, FakeNvml, DEFAULT_TOTAL, DEFAULT_USED, DEVICE_NAME, DRIVER_VERSION, MIB,
-    NO_PROCESS_QUERIES,
+    code, mig_uuid_of, uuid_of, FakeNvml, DEFAULT_TOTAL, DEFAULT_USED, DEVICE_NAME, DRIVER_VERSION,
+    MIB, NO_PROCESS_QUERIES,
 };
 
 const GIB: u64 = 1024 * MIB;
@@ -546,4 +546,73 @@ fn environment_is_ignored_unless_loaded() {
 fn misspelt_function_names_are_rejected() {
     let fake = FakeNvml::build();
     fake.set_error("nvmlDeviceGetMemoryInfo_v3", None, code::GPU_IS_LOST);
+}
+
+#[test]
+fn a_gpu_in_mig_mode_lists_its_instances_each_with_its_own_memory_and_processes() {
+    let fake = FakeNvml::build();
+    fake.set_device_count(2);
+    fake.set_mig(1, 3, 16 * GIB);
+    fake.set_memory(fake.mig_slot(1, 2), 5 * GIB, 16 * GIB);
+    fake.set_processes(fake.mig_slot(1, 2), &[(42, 3 * GIB)]);
+    let nvml = init(&fake);
+
+    let whole = nvml.device_by_index(0).unwrap();
+    assert_eq!(whole.mig_mode().unwrap().current, 0);
+    assert!(matches!(
+        whole.mig_device_by_index(0),
+        Err(NvmlError::NotSupported)
+    ));
+
+    let gpu = nvml.device_by_index(1).unwrap();
+    assert_eq!(gpu.mig_mode().unwrap().current, 1);
+    assert_eq!(gpu.mig_device_count().unwrap(), 7, "the most an H200 has");
+    let instance = gpu.mig_device_by_index(2).unwrap();
+    assert!(instance.mig_is_mig_device_handle().unwrap());
+    assert_eq!(instance.uuid().unwrap(), mig_uuid_of(1, 2));
+    assert_eq!(instance.name().unwrap(), "NVIDIA H200 (fake) MIG 1g.18gb");
+    let memory = instance.memory_info().unwrap();
+    assert_eq!((memory.used, memory.total), (5 * GIB, 16 * GIB));
+    let processes = instance.running_compute_processes().unwrap();
+    assert_eq!(processes.len(), 1);
+    assert_eq!(processes[0].pid, 42);
+    assert_eq!(processes[0].used_gpu_memory, UsedGpuMemory::Used(3 * GIB));
+    assert_eq!(processes[0].gpu_instance_id, Some(2));
+    assert!(matches!(
+        instance.utilization_rates(),
+        Err(NvmlError::NotSupported)
+    ));
+    assert_eq!(
+        instance.mig_parent_device().unwrap().uuid().unwrap(),
+        uuid_of(1)
+    );
+    // Instances 0 to 2 exist; 3 to 6 have none.
+    assert!(gpu.mig_device_by_index(0).is_ok());
+    assert!(matches!(
+        gpu.mig_device_by_index(3),
+        Err(NvmlError::NotFound)
+    ));
+    // The parent's own figures stay what they were set to.
+    assert_eq!(gpu.memory_info().unwrap().used, DEFAULT_USED);
+}
+
+#[test]
+fn fake_nvml_mig_configures_instances_from_the_environment() {
+    let fake = FakeNvml::build();
+    temp_env::with_vars(
+        [
+            ("FAKE_NVML_DEVICES", Some("1")),
+            ("FAKE_NVML_MIG", Some("0:2:8192")),
+        ],
+        || fake.load_env(),
+    );
+    let nvml = init(&fake);
+    let gpu = nvml.device_by_index(0).unwrap();
+    assert_eq!(gpu.mig_mode().unwrap().current, 1);
+    let instance = gpu.mig_device_by_index(1).unwrap();
+    assert_eq!(instance.memory_info().unwrap().total, 8 * GIB);
+    assert!(matches!(
+        gpu.mig_device_by_index(2),
+        Err(NvmlError::NotFound)
+    ));
 }

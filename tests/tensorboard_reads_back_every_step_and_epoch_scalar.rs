@@ -30,7 +30,7 @@ fn expected(prefix: &str, span: &SpanRecord) -> Vec<(String, i64)> {
             ("end", device.end),
         ] {
             out.push((
-                format!("{prefix}/gpu.{}.memory.{figure}", device.index),
+                format!("{prefix}/gpu.{}.memory.{figure}", device.id),
                 value.unwrap(),
             ));
         }

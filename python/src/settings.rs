@@ -166,7 +166,7 @@ fn budget(value: &Bound<'_, PyAny>) -> PyResult<MemoryBudget> {
     }
 }
 
-/// A comma-separated string, or a list of NVML indexes and `GPU-...` UUIDs.
+/// A comma-separated string, or a list of NVML indexes and `GPU-...` or `MIG-...` UUIDs.
 fn devices(value: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(text) = value.extract::<String>() {
         return Ok(text);

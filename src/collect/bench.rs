@@ -8,6 +8,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use super::enrich::{Enriched, Enricher};
 use super::timeline::Timelines;
+use crate::record::GpuId;
 use crate::timeline::Tick;
 
 /// A device timeline as the collector keeps it.
@@ -20,10 +21,10 @@ pub struct Timeline {
 impl Timeline {
     /// `devices` devices sampled every `interval`.
     pub fn new(devices: u32, interval: Duration) -> Self {
-        let indexes: Vec<u32> = (0..devices).collect();
+        let ids: Vec<GpuId> = (0..devices).map(GpuId::gpu).collect();
         Self {
-            enricher: Enricher::new("nvml", &indexes),
-            timelines: Arc::new(Timelines::new(indexes, interval)),
+            enricher: Enricher::new("nvml", &ids),
+            timelines: Arc::new(Timelines::new(ids, interval)),
         }
     }
 
@@ -35,7 +36,7 @@ impl Timeline {
 
     /// The peak of the devices' sum over a window.
     pub fn peak(&self, start: u64, end: u64) -> Option<u64> {
-        let n = self.timelines.device_indexes.len();
+        let n = self.timelines.device_ids.len();
         self.timelines.devices_window(start, end)?.peak[n]
     }
 

@@ -113,8 +113,8 @@ impl Collector {
             .sampler_stats()
             .map_or(settings.sample_interval, |s| s.interval);
         let devices = telemetry.devices();
-        let indexes = devices.iter().map(|d| d.device.index).collect();
-        let timelines = Arc::new(Timelines::new(indexes, interval));
+        let ids = devices.iter().map(|d| d.device.id()).collect();
+        let timelines = Arc::new(Timelines::new(ids, interval));
         let _ = cell.set(Arc::clone(&timelines));
         let source = telemetry.memory_source().unwrap_or("none").to_owned();
         let run_dir = telemetry.run_dir().map(Path::to_path_buf);
@@ -145,7 +145,7 @@ impl Collector {
                 reason: failed.error.to_string(),
             },
         )?;
-        let enricher = Enricher::new(&source, &timelines.device_indexes);
+        let enricher = Enricher::new(&source, &timelines.device_ids);
         let metrics_to =
             crate::destinations::describe(&settings.metrics, traces_run_dir.as_deref());
         let names = [forward_to.as_str(), metrics_to.as_str()];
@@ -239,7 +239,7 @@ impl Collector {
             .as_ref()
             .and_then(|t| t.memory_source())
             .unwrap_or("none");
-        Enricher::new(source, &self.timelines.device_indexes)
+        Enricher::new(source, &self.timelines.device_ids)
     }
 
     /// Forwards spans the collector made itself (the `run` span), never refused.

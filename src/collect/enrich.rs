@@ -8,6 +8,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 
 use crate::figures::{device_keys, Number, SpanFigures, Triple, TRACED};
 use crate::names::attribute as attr;
+use crate::record::GpuId;
 use crate::timeline::store::WindowMax;
 
 use super::timeline::Timelines;
@@ -68,9 +69,9 @@ pub(crate) fn int_attribute(attributes: &[KeyValue], key: &str) -> Option<i64> {
 }
 
 impl Enricher {
-    pub(crate) fn new(source: &str, device_indexes: &[u32]) -> Self {
-        let device_keys = if device_indexes.len() > 1 {
-            device_indexes.iter().map(|&i| device_keys(i)).collect()
+    pub(crate) fn new(source: &str, device_ids: &[GpuId]) -> Self {
+        let device_keys = if device_ids.len() > 1 {
+            device_ids.iter().map(|&id| device_keys(id)).collect()
         } else {
             Vec::new()
         };
@@ -118,7 +119,7 @@ impl Enricher {
             counts.passed += 1;
             return;
         }
-        if timelines.device_indexes.is_empty() {
+        if timelines.device_ids.is_empty() {
             counts.unknown += 1;
             return;
         }
@@ -129,7 +130,7 @@ impl Enricher {
         };
         counts.enriched += 1;
         // The figures the macros would have measured, from the timeline's window.
-        let n = timelines.device_indexes.len();
+        let n = timelines.device_ids.len();
         let process = pid.and_then(|pid| timelines.process_window(pid, start, end));
         // The process lists may run slower than the ticks that record them.
         let process_resolution = process

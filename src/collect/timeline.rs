@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::record::GpuId;
 use crate::source::processes::ProcessTable;
 use crate::timeline::store::{Layout, TimelineStore, WindowMax};
 use crate::timeline::{Tick, TickObserver};
@@ -19,8 +20,8 @@ const MAX_PROCESSES: usize = 64;
 /// What the collector knows of memory over time.
 #[derive(Debug)]
 pub(crate) struct Timelines {
-    /// Devices in scope (their NVML indexes), in sampler order.
-    pub(crate) device_indexes: Vec<u32>,
+    /// Devices in scope, in sampler order.
+    pub(crate) device_ids: Vec<GpuId>,
     pub(crate) interval: Duration,
     devices: Mutex<TimelineStore>,
     processes: Mutex<HashMap<u32, Followed>>,
@@ -46,15 +47,15 @@ pub(crate) struct TreeMemory {
 }
 
 impl Timelines {
-    pub(crate) fn new(device_indexes: Vec<u32>, interval: Duration) -> Self {
-        let series = device_indexes.len() + 1;
+    pub(crate) fn new(device_ids: Vec<GpuId>, interval: Duration) -> Self {
+        let series = device_ids.len() + 1;
         Self {
             devices: Mutex::new(TimelineStore::new(
                 series,
                 interval,
                 &Layout::devices(series),
             )),
-            device_indexes,
+            device_ids,
             interval,
             processes: Mutex::new(HashMap::new()),
             process_resolution_ns: AtomicU64::new(0),

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use opentelemetry::metrics::Meter;
 
 use crate::names::event;
+use crate::record::GpuId;
 use crate::util::bytes;
 use crate::util::sync::lock;
 pub use batch_fit::BatchFit;
@@ -47,7 +48,7 @@ use stop::{BudgetWatch, StopRequest};
 /// The highest peak against its budget.
 #[derive(Debug, Clone)]
 pub(crate) struct Highest {
-    device: u32,
+    device: GpuId,
     peak: i64,
     budget: i64,
     span: String,
@@ -70,7 +71,8 @@ pub(crate) const LIMITS_FILE: &str = "limits.json";
 /// One device's total and budget in bytes.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(crate) struct DeviceLimit {
-    index: u32,
+    #[serde(rename = "index")]
+    id: GpuId,
     #[serde(rename = "total_bytes")]
     total: Option<u64>,
     #[serde(rename = "budget_bytes")]
@@ -180,14 +182,14 @@ impl Diagnosis {
             .map(|(i, device)| {
                 let total = shared.total(i);
                 DeviceLimit {
-                    index: device.index,
+                    id: device.id(),
                     total,
                     budget: self.settings.budget.and_then(|b| b.bytes_for(total)),
                 }
             })
             .collect::<Vec<_>>();
         self.recorder
-            .set_device_indexes(devices.iter().map(|d| d.index).collect());
+            .set_device_ids(devices.iter().map(|d| d.id).collect());
         let _ = self.limits.set(Limits { devices });
     }
 

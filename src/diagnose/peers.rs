@@ -23,8 +23,9 @@ use opentelemetry::KeyValue;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
-use crate::figures::int;
+use crate::figures::{device_attributes, int};
 use crate::names::{attribute as attr, event};
+use crate::record::GpuId;
 use crate::util::bytes;
 
 /// How often a watcher reads the job's alarms: well inside the second a peer is told in.
@@ -41,7 +42,7 @@ pub(crate) struct Alarm {
     /// `gpu.memory.oom` or `gpu.memory.near_oom`.
     pub(crate) event: String,
     pub(crate) time_unix_nano: u64,
-    pub(crate) gpu_index: i64,
+    pub(crate) gpu: GpuId,
     pub(crate) epoch: Option<i64>,
     pub(crate) step: Option<i64>,
     /// The highest device memory in use over the recorder's window, in bytes.
@@ -69,7 +70,7 @@ impl Alarm {
             (None, Some(epoch)) => line.push_str(&format!(" in epoch {epoch}")),
             (None, None) => {}
         }
-        line.push_str(&format!(" (gpu {}", self.gpu_index));
+        line.push_str(&format!(" (gpu {}", self.gpu));
         if let Some(peak) = self.peak {
             line.push_str(&format!(": {} peak", human(peak)));
             if let Some(limit) = self.limit {
@@ -85,8 +86,8 @@ impl Alarm {
         let mut attributes = vec![
             KeyValue::new(attr::ML_RANK, self.rank),
             KeyValue::new(attr::GPU_MEMORY_PEER_FINDING, self.event.clone()),
-            KeyValue::new(attr::GPU_INDEX, self.gpu_index),
         ];
+        attributes.extend(device_attributes(self.gpu));
         attributes.extend(self.host.clone().map(|h| KeyValue::new(attr::HOST_NAME, h)));
         attributes.extend(self.epoch.map(|e| KeyValue::new(attr::ML_EPOCH, e)));
         attributes.extend(self.step.map(|s| KeyValue::new(attr::ML_STEP, s)));
@@ -296,7 +297,7 @@ mod tests {
             host: Some("node-a".into()),
             event: event::OOM.into(),
             time_unix_nano,
-            gpu_index: rank,
+            gpu: GpuId::gpu(u32::try_from(rank).unwrap_or_default()),
             epoch: Some(1),
             step: Some(12),
             peak: Some(80 << 30),

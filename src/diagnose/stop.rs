@@ -79,7 +79,7 @@ impl TickObserver for BudgetWatch {
             .iter()
             .zip(tick.devices)
             .find_map(|(device, used)| match (device.budget, *used) {
-                (Some(budget), Some(used)) if used > budget => Some((device.index, used, budget)),
+                (Some(budget), Some(used)) if used > budget => Some((device.id, used, budget)),
                 _ => None,
             });
         if let Some((index, used, budget)) = over {
@@ -103,7 +103,7 @@ mod tests {
         let limits = Arc::new(OnceLock::new());
         let _ = limits.set(Limits {
             devices: vec![DeviceLimit {
-                index: 2,
+                id: crate::record::GpuId::gpu(2),
                 total: Some(4 << 30),
                 budget: Some(budget),
             }],

@@ -127,7 +127,7 @@ impl Accept for SpanIntake {
             let devices = DeviceNames {
                 source: self.shared.source(),
                 keys: self.shared.all_device_keys(),
-                indices: self.shared.device_indices(),
+                ids: self.shared.device_ids(),
             };
             self.attributes.clear();
             figures.write(&devices, &mut self.attributes, record.as_mut());

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use opentelemetry::{Key, KeyValue, Value};
 
 use crate::names::attribute as attr;
+use crate::record::GpuId;
 
 /// A reading that may be missing, in eight bytes: `u64::MAX` stands for "not measured", as
 /// in the sampler's atomics (no device or host holds 16 EiB). Kept this small because the
@@ -227,21 +228,19 @@ impl SpanFigures {
             if let Some(keys) = devices.keys.get(device) {
                 out.push(KeyValue::new(keys[figure].clone(), value));
             }
-            if let (Some(record), Some(&index)) =
-                (record.as_deref_mut(), devices.indices.get(device))
-            {
-                record.offer_device(index, columns::DeviceFigure::ALL[figure], value);
+            if let (Some(record), Some(&id)) = (record.as_deref_mut(), devices.ids.get(device)) {
+                record.offer_device(id, columns::DeviceFigure::ALL[figure], value);
             }
         }
     }
 }
 
 /// What the figures of a span of the macros are written with: the memory source and, for
-/// each device in scope, its attribute keys and NVML index.
+/// each device in scope, its attribute keys and identity.
 pub(crate) struct DeviceNames<'a> {
     pub(crate) source: &'a Arc<str>,
     pub(crate) keys: &'a [[Key; 3]],
-    pub(crate) indices: &'a [u32],
+    pub(crate) ids: &'a [GpuId],
 }
 
 impl DeviceNames<'_> {
@@ -250,15 +249,24 @@ impl DeviceNames<'_> {
     }
 }
 
-/// `gpu.<index>.memory.start`, `.end` and `.peak`: the keys of one device's figures.
-pub(crate) fn device_keys(index: u32) -> [String; 3] {
+/// `gpu.<id>.memory.start`, `.end` and `.peak`: the keys of one device's figures.
+pub(crate) fn device_keys(id: GpuId) -> [String; 3] {
     ["start", "end", "peak"].map(|figure| {
         format!(
-            "{}{index}{}{figure}",
+            "{}{id}{}{figure}",
             attr::GPU_DEVICE_PREFIX,
             attr::GPU_DEVICE_MEMORY_INFIX
         )
     })
+}
+
+/// The attributes that name a device on events and device metrics: `gpu.index`, and for a
+/// MIG instance `gpu.mig.index`.
+pub(crate) fn device_attributes(id: GpuId) -> impl Iterator<Item = KeyValue> {
+    std::iter::once(KeyValue::new(attr::GPU_INDEX, i64::from(id.index))).chain(
+        id.mig
+            .map(|mig| KeyValue::new(attr::GPU_MIG_INDEX, i64::from(mig))),
+    )
 }
 
 /// A byte count as an OTel integer: i64, saturating (tracing-opentelemetry would turn a
@@ -278,14 +286,20 @@ mod tests {
     use std::sync::Arc;
 
     use super::{DeviceNames, RecordBuilder, SpanFigures, Triple};
-    use crate::record::SpanRecord;
+    use crate::record::{GpuId, SpanRecord};
 
-    /// NVML indices 1, 3, 5...: not their positions, as with `CUDA_VISIBLE_DEVICES`.
-    fn indices(devices: u32) -> Vec<u32> {
-        (0..devices).map(|i| i * 2 + 1).collect()
+    /// NVML indices 1, 5, 9...: not their positions, as with `CUDA_VISIBLE_DEVICES`; and
+    /// between them MIG instances of GPU 0 (`gpu.0.mig1.memory.*`).
+    fn indices(devices: u32) -> Vec<GpuId> {
+        (0..devices)
+            .map(|i| match i % 2 {
+                0 => GpuId::gpu(i * 2 + 1),
+                _ => GpuId::mig(0, i),
+            })
+            .collect()
     }
 
-    fn keys(indices: &[u32]) -> Vec<[Key; 3]> {
+    fn keys(indices: &[GpuId]) -> Vec<[Key; 3]> {
         indices
             .iter()
             .map(|i| ["start", "end", "peak"].map(|f| Key::new(format!("gpu.{i}.memory.{f}"))))
@@ -376,7 +390,7 @@ mod tests {
                 let names = DeviceNames {
                     source: &source,
                     keys: &keys,
-                    indices: &indices,
+                    ids: &indices,
                 };
                 let mut ours = Vec::new();
                 figures.write(&names, &mut ours, Some(&mut completed));

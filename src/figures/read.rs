@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 
 use super::columns::{DeviceFigure, Slot, TRACED};
 use crate::names::{attribute as attr, span as span_name};
-use crate::record::{DeviceFigures, Memory, Role, SpanRecord};
+use crate::record::{DeviceFigures, GpuId, Memory, Role, SpanRecord};
 use crate::util::time::unix_nanos;
 
 /// An attribute value, borrowed from either representation.
@@ -80,13 +80,13 @@ impl RecordBuilder {
         }
     }
 
-    /// Sets one figure of device `index` (the last of several wins, as it always did).
-    pub(crate) fn offer_device(&mut self, index: u32, figure: DeviceFigure, value: i64) {
-        let position = match self.devices.iter().position(|d| d.index == index) {
+    /// Sets one figure of device `id` (the last of several wins, as it always did).
+    pub(crate) fn offer_device(&mut self, id: GpuId, figure: DeviceFigure, value: i64) {
+        let position = match self.devices.iter().position(|d| d.id == id) {
             Some(position) => position,
             None => {
                 self.devices.push(DeviceFigures {
-                    index,
+                    id,
                     start: None,
                     peak: None,
                     end: None,
@@ -125,8 +125,8 @@ impl RecordBuilder {
             Attr::Int(v) => match slot_of(key) {
                 Some(slot) => self.offer(slot, v),
                 None => {
-                    if let Some((index, figure)) = device_key(key) {
-                        self.offer_device(index, figure, v);
+                    if let Some((id, figure)) = device_key(key) {
+                        self.offer_device(id, figure, v);
                     }
                 }
             },
@@ -152,7 +152,7 @@ impl RecordBuilder {
             span_name::STEP => Role::Step(slot(Slot::Step).unwrap_or(-1)),
             _ => Role::Other,
         };
-        self.devices.sort_by_key(|d| d.index);
+        self.devices.sort_by_key(|d| d.id);
         SpanRecord {
             role,
             trace_id: self.ids.0,
@@ -248,18 +248,18 @@ impl SpanRecord {
     }
 }
 
-/// `gpu.<index>.memory.<figure>` split into its index and figure.
-fn device_key(key: &str) -> Option<(u32, DeviceFigure)> {
+/// `gpu.<id>.memory.<figure>` split into its device and figure.
+fn device_key(key: &str) -> Option<(GpuId, DeviceFigure)> {
     let rest = key.strip_prefix(attr::GPU_DEVICE_PREFIX)?;
-    let dot = rest.bytes().position(|b| b == b'.')?;
-    let index = rest[..dot].parse::<u32>().ok()?;
-    let figure = match rest[dot..].strip_prefix(attr::GPU_DEVICE_MEMORY_INFIX)? {
+    let infix = rest.find(attr::GPU_DEVICE_MEMORY_INFIX)?;
+    let id = rest[..infix].parse::<GpuId>().ok()?;
+    let figure = match &rest[infix + attr::GPU_DEVICE_MEMORY_INFIX.len()..] {
         "start" => DeviceFigure::Start,
         "peak" => DeviceFigure::Peak,
         "end" => DeviceFigure::End,
         _ => return None,
     };
-    Some((index, figure))
+    Some((id, figure))
 }
 
 /// Copies an id of the expected length; a malformed one reads as zeros.

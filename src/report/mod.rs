@@ -66,7 +66,7 @@ pub(crate) fn lanes(timeline: &Timeline) -> Vec<Lane<'_>> {
             continue;
         };
         lanes.push(Lane {
-            label: format!("gpu {} · {}", device.index, device.name),
+            label: format!("gpu {} · {}", device.id, device.name),
             series,
             total: timeline
                 .figure(Figure::DeviceTotal(i))

@@ -99,7 +99,7 @@ pub(crate) fn observers(
         .unwrap_or_default()
         .iter()
         .map(|d| TimelineDevice {
-            index: d.index,
+            id: d.id(),
             uuid: d.uuid.clone(),
             name: d.name.clone(),
         })

@@ -124,7 +124,7 @@ pub(crate) fn scalars(prefix: &str, span: &SpanRecord) -> Vec<(String, f32)> {
         span.host,
     );
     for device in &span.devices {
-        let [start, end, peak] = device_keys(device.index);
+        let [start, end, peak] = device_keys(device.id);
         for (key, value) in [
             (start, device.start),
             (peak, device.peak),

@@ -6,7 +6,7 @@ pub mod sampler;
 mod summary;
 
 pub use crate::config::{default_run_root, RANK_DIR_PREFIX};
-pub use crate::record::{DeviceFigures, Memory, Role, SpanRecord};
+pub use crate::record::{DeviceFigures, GpuId, Memory, Role, SpanRecord};
 pub use summary::{read_run, EpochSummary, EpochTable, RunSummary};
 pub(crate) use summary::{read_run_and, SummaryTap};
 

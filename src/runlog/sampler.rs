@@ -110,7 +110,7 @@ mod tests {
             process_read: Some(Duration::from_millis(36)),
             process_lists: 11,
             driver_check: vec![DriverCheck {
-                device: 0,
+                device: crate::record::GpuId::gpu(0),
                 listed_peak: Some(9 << 30),
                 driver: DriverPeak::Peak(10 << 30),
             }],

@@ -5,14 +5,15 @@
 
 use std::time::Duration;
 
+use crate::record::GpuId;
 use crate::source::DriverPeak;
 use crate::util::bytes;
 
 /// One device's two figures of this process's peak (as `sampler.json` keeps them too).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DriverCheck {
-    /// The device's NVML index.
-    pub device: u32,
+    /// The device (a GPU's NVML index, or a MIG instance of one).
+    pub device: GpuId,
     /// The most memory gpuspan's process lists saw this process hold on the device.
     pub listed_peak: Option<u64>,
     /// What the driver's accounting says.
@@ -58,7 +59,7 @@ pub(crate) fn line(checks: &[DriverCheck], every: Option<Duration>) -> Option<St
 }
 
 /// `GPU 0: 10.0 GiB against 9.50 GiB, 512 MiB (5.0 %) under`.
-fn compare(device: u32, driver: u64, listed: Option<u64>) -> String {
+fn compare(device: GpuId, driver: u64, listed: Option<u64>) -> String {
     let human = |v: u64| bytes::human(i64::try_from(v).unwrap_or(i64::MAX));
     let Some(listed) = listed else {
         return format!(
@@ -97,7 +98,7 @@ mod tests {
 
     fn check(device: u32, listed: Option<u64>, driver: DriverPeak) -> DriverCheck {
         DriverCheck {
-            device,
+            device: GpuId::gpu(device),
             listed_peak: listed,
             driver,
         }

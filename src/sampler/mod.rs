@@ -183,7 +183,7 @@ impl Sampler {
             let left = deadline.saturating_duration_since(Instant::now());
             if done.recv_timeout(left).is_ok() {
                 let _ = thread.join();
-                if let Some(checks) = processes.check_against_driver(&self.shared.device_indices) {
+                if let Some(checks) = processes.check_against_driver(&self.shared.device_ids) {
                     *lock(&self.shared.driver_check) = checks;
                 }
             }
@@ -452,7 +452,7 @@ impl Ticker {
         let bit = 1u64 << device.min(63);
         if self.warned & bit == 0 {
             self.warned |= bit;
-            let index = self.shared.devices[device].index;
+            let index = self.shared.devices[device].id();
             eprintln!(
                 "gpuspan: warning: gpu {index} could not be read ({error}); its figures are left \
                  out and spans open meanwhile get an error status; other devices keep reporting"

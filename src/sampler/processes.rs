@@ -23,6 +23,7 @@ use super::cost::Cost;
 use super::driver_check::DriverCheck;
 use super::meter::Call;
 use super::{Shared, ABSENT};
+use crate::record::GpuId;
 use crate::source::ProcessLister;
 use crate::util::sync::lock;
 
@@ -207,9 +208,9 @@ impl Processes {
     /// Each device's listed peak against the driver's accounting of this process, asked
     /// once the lists have stopped; `None` when a list is still running (a driver call
     /// that hangs: asking the driver again would hang too).
-    pub(super) fn check_against_driver(&self, indices: &[u32]) -> Option<Vec<DriverCheck>> {
+    pub(super) fn check_against_driver(&self, ids: &[GpuId]) -> Option<Vec<DriverCheck>> {
         let mut listing = self.listing.try_lock().ok()?;
-        let checks = indices
+        let checks = ids
             .iter()
             .zip(self.peaks.iter())
             .enumerate()

@@ -9,6 +9,7 @@ use super::driver_check::DriverCheck;
 use super::meter::{Call, SelfMeter};
 use super::watermark::{Watermark, Watermarks};
 use super::{figure, raise, reading, ABSENT};
+use crate::record::GpuId;
 use crate::source::Device;
 use crate::util::sync::lock;
 
@@ -20,7 +21,7 @@ pub(crate) struct Shared {
     pub(super) devices: Vec<Device>,
     /// `gpu.<i>.memory.start` / `.end` / `.peak` of every device, made once.
     pub(super) device_keys: Vec<[opentelemetry::Key; 3]>,
-    pub(super) device_indices: Vec<u32>,
+    pub(super) device_ids: Vec<GpuId>,
     pub(super) latest: Box<[AtomicU64]>,
     pub(super) totals: Box<[AtomicU64]>,
     /// `f64` bits; `ABSENT` when not measured.
@@ -56,17 +57,17 @@ pub(crate) struct Shared {
     pub(super) driver_check: Mutex<Vec<DriverCheck>>,
 }
 
-/// `gpu.<index>.memory.start` / `.end` / `.peak`, made once per device index for the life
-/// of the process: static keys cost nothing to copy onto every span and to drop (a shared
-/// string would cost two atomic operations per key per span).
-pub(super) fn device_keys(index: u32) -> [&'static str; 3] {
-    static KEYS: Mutex<Vec<(u32, [&'static str; 3])>> = Mutex::new(Vec::new());
+/// `gpu.<id>.memory.start` / `.end` / `.peak`, made once per device for the life of the
+/// process: static keys cost nothing to copy onto every span and to drop (a shared string
+/// would cost two atomic operations per key per span).
+pub(super) fn device_keys(id: GpuId) -> [&'static str; 3] {
+    static KEYS: Mutex<Vec<(GpuId, [&'static str; 3])>> = Mutex::new(Vec::new());
     let mut keys = lock(&KEYS);
-    if let Some((_, made)) = keys.iter().find(|(i, _)| *i == index) {
+    if let Some((_, made)) = keys.iter().find(|(made_for, _)| *made_for == id) {
         return *made;
     }
-    let made = crate::figures::device_keys(index).map(|key| &*Box::leak(key.into_boxed_str()));
-    keys.push((index, made));
+    let made = crate::figures::device_keys(id).map(|key| &*Box::leak(key.into_boxed_str()));
+    keys.push((id, made));
     made
 }
 
@@ -113,11 +114,11 @@ impl Shared {
         let atomics = |len: usize| (0..len).map(|_| AtomicU64::new(ABSENT)).collect();
         let device_keys = devices
             .iter()
-            .map(|device| device_keys(device.index).map(opentelemetry::Key::from_static_str))
+            .map(|device| device_keys(device.id()).map(opentelemetry::Key::from_static_str))
             .collect();
         Self {
             source_name: source_name.into(),
-            device_indices: devices.iter().map(|d| d.index).collect(),
+            device_ids: devices.iter().map(Device::id).collect(),
             device_keys,
             latest: atomics(figure::DEVICE0 + n),
             totals: atomics(n),
@@ -182,9 +183,9 @@ impl Shared {
         &self.devices
     }
 
-    /// The NVML index of every device in scope, in reading order.
-    pub(crate) fn device_indices(&self) -> &[u32] {
-        &self.device_indices
+    /// Every device in scope, in reading order.
+    pub(crate) fn device_ids(&self) -> &[GpuId] {
+        &self.device_ids
     }
 
     /// The attribute keys of every device in scope: start, end, peak.
@@ -242,7 +243,7 @@ impl Shared {
         for (i, device) in self.devices.iter().enumerate().take(64) {
             if mask & (1 << i) != 0 {
                 let message = errors[i].as_deref().unwrap_or("read failed");
-                parts.push(format!("gpu {}: {message}", device.index));
+                parts.push(format!("gpu {}: {message}", device.id()));
             }
         }
         parts.join("; ")

@@ -19,17 +19,34 @@ use std::time::Duration;
 
 pub use scope::{DeviceScope, DeviceScopeError};
 
-/// A GPU device as a source sees it.
+use crate::record::GpuId;
+
+/// A GPU device as a source sees it: a whole GPU, or one MIG instance of a GPU in MIG
+/// mode (each instance is a device of its own, with its own memory).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
-    /// The driver's index for the device (NVML index), recorded as `gpu.index`.
+    /// The driver's index for the GPU (NVML index), recorded as `gpu.index`; for a MIG
+    /// instance, its parent GPU's.
     pub index: u32,
-    /// A stable identifier, recorded as `hw.id` (for NVIDIA, the `GPU-...` UUID).
+    /// For a MIG instance, its index on the parent GPU, recorded as `gpu.mig.index`.
+    pub mig: Option<u32>,
+    /// A stable identifier, recorded as `hw.id` (for NVIDIA, the `GPU-...` UUID, or the
+    /// instance's `MIG-...` UUID).
     pub uuid: String,
     /// The product name, recorded as `hw.name`.
     pub name: String,
     /// The vendor, recorded as `hw.vendor`.
     pub vendor: String,
+}
+
+impl Device {
+    /// The device's identity in per-device keys (`gpu.0.memory.peak`, `gpu.0.mig1.memory.peak`).
+    pub fn id(&self) -> GpuId {
+        GpuId {
+            index: self.index,
+            mig: self.mig,
+        }
+    }
 }
 
 /// One reading of one device. `None` means "not measured", never zero.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
+use nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE;
 
 use super::processes::{ProcessList, ProcessTable};
 use super::{Device, DeviceReading, DeviceScope, DriverPeak, MemorySource, ProcessLister};
@@ -77,18 +78,49 @@ impl NvmlSource {
                     continue;
                 }
             };
-            let info = Device {
+            let gpu = Device {
                 index,
+                mig: None,
                 uuid: device
                     .uuid()
                     .unwrap_or_else(|_| format!("nvml-index-{index}")),
                 name: device.name().unwrap_or_else(|_| "NVIDIA GPU".to_owned()),
                 vendor: "NVIDIA".to_owned(),
             };
-            if scope.includes(&info) {
-                // SAFETY: the handle stays valid while `nvml` is alive, and `nvml` is kept.
-                handles.push(unsafe { device.handle() });
-                devices.push(info);
+            let Some(instances) = mig_instances(&device) else {
+                if scope.includes(&gpu) {
+                    // SAFETY: the handle stays valid while `nvml` is alive, and `nvml` is kept.
+                    handles.push(unsafe { device.handle() });
+                    devices.push(gpu);
+                }
+                continue;
+            };
+            if instances.is_empty() && scope.includes(&gpu) {
+                eprintln!(
+                    "gpuspan: warning: GPU {index} is in MIG mode with no MIG instance; it is \
+                     left out (CUDA cannot run on it either)"
+                );
+            }
+            // In MIG mode the instances are the devices, each with its own memory: the
+            // parent's figures would count them all again. Naming the GPU (its index or
+            // UUID) selects all of its instances; a `MIG-...` UUID, one.
+            for (mig, instance) in instances {
+                let info = Device {
+                    index,
+                    mig: Some(mig),
+                    uuid: instance
+                        .uuid()
+                        .unwrap_or_else(|_| format!("nvml-index-{index}-mig-{mig}")),
+                    name: instance
+                        .name()
+                        .unwrap_or_else(|_| format!("{} MIG", gpu.name)),
+                    vendor: gpu.vendor.clone(),
+                };
+                if scope.includes(&gpu) || scope.includes(&info) {
+                    // SAFETY: as above; MIG handles live as long as `nvml` too.
+                    handles.push(unsafe { instance.handle() });
+                    devices.push(info);
+                }
             }
         }
         let picked = scope.pick(handles.into_iter().zip(devices).collect());
@@ -295,6 +327,32 @@ impl ProcessLister for NvmlProcesses {
             Err(e) => DriverPeak::Failed(describe(&e)),
         }
     }
+}
+
+/// The MIG instances of a GPU in MIG mode, by their index on it; `None` when the GPU is not
+/// in MIG mode (or cannot say, as drivers without MIG answer).
+fn mig_instances<'nvml>(gpu: &NvmlDevice<'nvml>) -> Option<Vec<(u32, NvmlDevice<'nvml>)>> {
+    let mode = gpu.mig_mode().ok()?;
+    if mode.current != NVML_DEVICE_MIG_ENABLE {
+        return None;
+    }
+    let most = match gpu.mig_device_count() {
+        Ok(most) => most,
+        Err(e) => {
+            eprintln!(
+                "gpuspan: warning: a GPU in MIG mode cannot count its MIG instances ({}); \
+                 it is left out",
+                describe(&e)
+            );
+            return Some(Vec::new());
+        }
+    };
+    // Indexes without an instance answer NotFound: the instances need not be contiguous.
+    Some(
+        (0..most)
+            .filter_map(|mig| gpu.mig_device_by_index(mig).ok().map(|d| (mig, d)))
+            .collect(),
+    )
 }
 
 /// Errors that mean "this driver will never answer this query": stop asking.

@@ -52,6 +52,7 @@ fn smi_output() -> impl Strategy<Value = String> {
 fn device(index: u32, uuid: String) -> Device {
     Device {
         index,
+        mig: None,
         uuid,
         name: "test".into(),
         vendor: "NVIDIA".into(),

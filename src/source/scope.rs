@@ -4,7 +4,7 @@ use super::Device;
 
 /// An entry of a device list that names no device.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{entry}' is neither a device index (0, 1, ...) nor a UUID (GPU-...)")]
+#[error("'{entry}' is neither a device index (0, 1, ...) nor a UUID (GPU-... or MIG-...)")]
 #[non_exhaustive]
 pub struct DeviceScopeError {
     /// The entry, as written.
@@ -15,7 +15,8 @@ pub struct DeviceScopeError {
 ///
 /// NVML ignores `CUDA_VISIBLE_DEVICES`, so gpuspan applies it itself: `GPU-...` entries match
 /// by UUID (a prefix is enough, as with CUDA), numbers match the NVML index, which is CUDA's
-/// numbering when `CUDA_DEVICE_ORDER=PCI_BUS_ID` (prefer UUIDs otherwise).
+/// numbering when `CUDA_DEVICE_ORDER=PCI_BUS_ID` (prefer UUIDs otherwise). On a GPU in MIG
+/// mode, a `MIG-...` UUID selects one instance, and the GPU's index or UUID all of them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DeviceScope {
     /// `None`: every device.
@@ -65,7 +66,7 @@ impl DeviceScope {
         }
     }
 
-    /// Parses a comma-separated list of NVML indexes and `GPU-...` UUIDs.
+    /// Parses a comma-separated list of NVML indexes and `GPU-...` or `MIG-...` UUIDs.
     ///
     /// An empty list or `-1` selects no device, as `CUDA_VISIBLE_DEVICES` does.
     ///
@@ -117,6 +118,7 @@ mod tests {
     fn device(index: u32, uuid: &str) -> Device {
         Device {
             index,
+            mig: None,
             uuid: uuid.into(),
             name: "test".into(),
             vendor: "NVIDIA".into(),

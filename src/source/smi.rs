@@ -73,8 +73,10 @@ impl SmiSource {
         let rows = parse_query_gpu(&text)?;
         let devices: Vec<Device> = rows
             .into_iter()
+            // `--query-gpu` lists whole GPUs only: MIG instances need NVML.
             .map(|row| Device {
                 index: row.index,
+                mig: None,
                 uuid: row.uuid,
                 name: row.name,
                 vendor: "NVIDIA".to_owned(),
@@ -601,6 +603,7 @@ esac
             source.devices()[3],
             Device {
                 index: 3,
+                mig: None,
                 uuid: "GPU-2c4e6a8b-0d1f-4357-9b8d-a1c3e5f70912".into(),
                 name: "NVIDIA H100 80GB HBM3".into(),
                 vendor: "NVIDIA".into(),

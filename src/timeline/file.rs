@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! header   magic "GPUSPANT" (8 bytes), version (1), origin (UNIX ns), interval (ns),
-//!          device count n, then per device: NVML index, uuid, name
+//!          device count n, then per device: id, uuid, name, where id is the GPU's NVML
+//!          index, plus (MIG index + 1) << 32 for a MIG instance
 //! series   S = 2n + 4 figures, in this order: used of each device, total of each device,
 //!          this process's GPU memory, host RSS, allocator allocated, allocator reserved
 //! records  until the end of the file, one per sample that changed at least one figure:
@@ -24,6 +25,8 @@ use std::path::Path;
 
 use integer_encoding::VarInt;
 
+use crate::record::GpuId;
+
 /// Name of the timeline file inside a run directory.
 pub const TIMELINE_FILE: &str = "timeline.bin";
 
@@ -33,9 +36,9 @@ const VERSION: u64 = 1;
 /// A device as the timeline file names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimelineDevice {
-    /// The driver's index (NVML index), as in `gpu.<i>.memory.*`.
-    pub index: u32,
-    /// `hw.id`, for NVIDIA the `GPU-...` UUID.
+    /// The GPU (NVML index) or MIG instance, as in `gpu.<id>.memory.*`.
+    pub id: GpuId,
+    /// `hw.id`, for NVIDIA the `GPU-...` (or `MIG-...`) UUID.
     pub uuid: String,
     /// The product name.
     pub name: String,
@@ -133,9 +136,6 @@ pub enum TimelineFormatError {
     /// The header's device count is beyond reason.
     #[error("it claims {0} devices")]
     Devices(u64),
-    /// A device index beyond `u32`.
-    #[error("device index {0}")]
-    DeviceIndex(u64),
 }
 
 /// The series of a file with `devices` devices, in file order.
@@ -167,6 +167,21 @@ fn stored(value: Option<u64>) -> u64 {
     value.map_or(0, |v| v.saturating_add(1))
 }
 
+/// A device's id in the header: the NVML index in the low 32 bits, and above them the MIG
+/// index plus one (0 for a whole GPU, so files from before MIG read the same).
+fn encode_id(id: GpuId) -> u64 {
+    let mig = id.mig.map_or(0, |m| u64::from(m) + 1);
+    mig << 32 | u64::from(id.index)
+}
+
+fn decode_id(id: u64) -> GpuId {
+    let index = (id & u64::from(u32::MAX)) as u32;
+    match id >> 32 {
+        0 => GpuId::gpu(index),
+        mig => GpuId::mig(index, (mig - 1) as u32),
+    }
+}
+
 /// The file's header.
 pub(crate) fn header(
     origin_unix_nanos: u64,
@@ -179,7 +194,7 @@ pub(crate) fn header(
     put_varint(&mut out, interval_nanos);
     put_varint(&mut out, devices.len() as u64);
     for device in devices {
-        put_varint(&mut out, u64::from(device.index));
+        put_varint(&mut out, encode_id(device.id));
         put_string(&mut out, &device.uuid);
         put_string(&mut out, &device.name);
     }
@@ -340,9 +355,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Timeline, TimelineFormatError> {
     }
     let mut devices = Vec::new();
     for _ in 0..count {
-        let index: u64 = cursor.varint().ok_or(HeaderCut)?;
+        let id: u64 = cursor.varint().ok_or(HeaderCut)?;
         devices.push(TimelineDevice {
-            index: u32::try_from(index).map_err(|_| TimelineFormatError::DeviceIndex(index))?,
+            id: decode_id(id),
             uuid: cursor.string().ok_or(HeaderCut)?,
             name: cursor.string().ok_or(HeaderCut)?,
         });
@@ -408,10 +423,25 @@ mod tests {
 
     fn device(index: u32) -> TimelineDevice {
         TimelineDevice {
-            index,
+            id: GpuId::gpu(index),
             uuid: format!("GPU-{index}"),
             name: "Test GPU".into(),
         }
+    }
+
+    #[test]
+    fn mig_instances_keep_their_identity_in_the_header() {
+        let mut devices = vec![device(0), device(7)];
+        for mig in [0, 2, u32::MAX - 1] {
+            devices.push(TimelineDevice {
+                id: GpuId::mig(3, mig),
+                uuid: format!("MIG-{mig}"),
+                name: "Test GPU MIG 1g.18gb".into(),
+            });
+        }
+        let file = header(1_700_000_000_000_000_000, 5_000_000, &devices);
+        let timeline = decode(&file).expect("a header alone reads");
+        assert_eq!(timeline.devices, devices);
     }
 
     #[test]

@@ -146,7 +146,7 @@ mod tests {
     fn ticks_reach_the_file_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let devices = [TimelineDevice {
-            index: 0,
+            id: crate::record::GpuId::gpu(0),
             uuid: "GPU-0".into(),
             name: "Test".into(),
         }];

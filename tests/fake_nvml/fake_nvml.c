@@ -36,6 +36,9 @@
  *                              (all of them: the lists are replaced)
  *      FAKE_NVML_ACCOUNTING    1: every device keeps per-process accounting
  *                              (see "Accounting" below)
+ *      FAKE_NVML_MIG           gpu:count[:total_mib][,...]: that GPU is in MIG
+ *                              mode with count instances of total_mib each
+ *                              (default 16384); see "MIG" below
  *      FAKE_NVML_ACCOUNTED_PEAK_MIB  the driver's accounted peak of the calling
  *                              process on device 0, as if it had held that
  *                              much between two process lists
@@ -57,6 +60,13 @@
  * every allocation, the fake only the values it was given:
  * fake_nvml_set_accounted_peak scripts the driver's figure directly. With
  * accounting off, the stats call fails with NOT_SUPPORTED, as NVML's does.
+ *
+ * MIG: a GPU in MIG mode lists its instances through
+ * nvmlDeviceGetMigDeviceHandleByIndex. Instance m of GPU g is the device slot
+ * 16 + 7g + m (fake_nvml_mig_slot) wherever a device number is taken: control
+ * functions, FAKE_NVML_FAIL, FAKE_NVML_TIMELINE and the live file's lines. An
+ * instance has its own memory and processes, UUID MIG-...-<g>-<m>, and no
+ * utilization counters (NOT_SUPPORTED, as NVML).
  *
  * Build with -DFAKE_NVML_NO_PROCESS_QUERIES to leave out the two process
  * query symbols, as a driver that lacks them would.
@@ -150,6 +160,11 @@ typedef struct nvmlProcessInfo_st {
 /* ---- fake state ---- */
 
 #define FAKE_MAX_DEVICES 16u
+/* MIG instances per GPU, as an A100 or H100 has at most. Instance m of GPU g is
+ * the device slot FAKE_MAX_DEVICES + g * FAKE_MAX_MIG + m (fake_nvml_mig_slot):
+ * every per-device control function, error and latency takes such a slot. */
+#define FAKE_MAX_MIG 7u
+#define FAKE_SLOTS (FAKE_MAX_DEVICES + FAKE_MAX_DEVICES * FAKE_MAX_MIG)
 #define FAKE_MAX_PROCESSES 256u
 #define FAKE_MAX_ERRORS 64u
 #define FAKE_FN_NAME_MAX 64
@@ -175,7 +190,11 @@ typedef struct fake_point {
 
 /* The opaque nvmlDevice_t handed out is a pointer to one of these. */
 typedef struct nvmlDevice_st {
-    unsigned int index;
+    unsigned int index; /* a MIG instance: its GPU's */
+    int is_mig;         /* this slot is a MIG instance */
+    unsigned int mig;   /* its index on the GPU */
+    int mig_mode;       /* a GPU: MIG mode on */
+    unsigned int mig_count; /* a GPU in MIG mode: instances 0..mig_count-1 */
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
     unsigned long long total;
@@ -234,6 +253,11 @@ enum {
     F_nvmlDeviceGetGraphicsRunningProcesses_v3,
     F_nvmlDeviceGetAccountingMode,
     F_nvmlDeviceGetAccountingStats,
+    F_nvmlDeviceGetMigMode,
+    F_nvmlDeviceGetMaxMigDeviceCount,
+    F_nvmlDeviceGetMigDeviceHandleByIndex,
+    F_nvmlDeviceIsMigDeviceHandle,
+    F_nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
     F_COUNT
 };
 
@@ -259,6 +283,11 @@ static const char *const fn_names[F_COUNT] = {
     "nvmlDeviceGetGraphicsRunningProcesses_v3",
     "nvmlDeviceGetAccountingMode",
     "nvmlDeviceGetAccountingStats",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -267,7 +296,7 @@ static int g_controlled;      /* a control function changed the state */
 static int g_env_applied;     /* the environment has been read */
 static unsigned int g_init_count;
 static unsigned int g_device_count;
-static struct nvmlDevice_st g_devices[FAKE_MAX_DEVICES];
+static struct nvmlDevice_st g_devices[FAKE_SLOTS];
 static fake_error g_errors[FAKE_MAX_ERRORS];
 static unsigned int g_error_count;
 static unsigned long long g_calls[F_COUNT];
@@ -296,19 +325,36 @@ static void copy_str(char *dst, size_t cap, const char *src) {
     dst[n] = '\0';
 }
 
+/* The default size of one MIG instance: a 1g.18gb slice of an H200. */
+#define FAKE_DEFAULT_MIG_TOTAL_MIB 16384ull
+
 static void reset_device_locked(unsigned int i) {
     struct nvmlDevice_st *d = &g_devices[i];
     free(d->timeline);
     memset(d, 0, sizeof(*d));
-    d->index = i;
-    copy_str(d->name, sizeof(d->name), FAKE_DEFAULT_NAME);
-    snprintf(d->uuid, sizeof(d->uuid), "GPU-00000000-0000-0000-0000-%012u", i);
-    d->total = FAKE_DEFAULT_TOTAL_MIB * FAKE_MIB;
+    if (i < FAKE_MAX_DEVICES) {
+        d->index = i;
+        copy_str(d->name, sizeof(d->name), FAKE_DEFAULT_NAME);
+        snprintf(d->uuid, sizeof(d->uuid), "GPU-00000000-0000-0000-0000-%012u", i);
+        d->total = FAKE_DEFAULT_TOTAL_MIB * FAKE_MIB;
+    } else {
+        unsigned int gpu = (i - FAKE_MAX_DEVICES) / FAKE_MAX_MIG;
+        d->is_mig = 1;
+        d->index = gpu;
+        d->mig = (i - FAKE_MAX_DEVICES) % FAKE_MAX_MIG;
+        snprintf(d->name, sizeof(d->name), "%s MIG 1g.18gb", FAKE_DEFAULT_NAME);
+        snprintf(d->uuid, sizeof(d->uuid), "MIG-00000000-0000-0000-%04u-%012u", gpu, d->mig);
+        d->total = FAKE_DEFAULT_MIG_TOTAL_MIB * FAKE_MIB;
+    }
     d->used = FAKE_DEFAULT_USED_MIB * FAKE_MIB;
 }
 
+static unsigned int mig_slot(unsigned int gpu, unsigned int mig) {
+    return FAKE_MAX_DEVICES + gpu * FAKE_MAX_MIG + mig;
+}
+
 static void reset_locked(void) {
-    for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+    for (unsigned int i = 0; i < FAKE_SLOTS; i++) {
         reset_device_locked(i);
     }
     g_device_count = 1;
@@ -359,24 +405,24 @@ static void live_apply_locked(void) {
     if (f == NULL) {
         return;
     }
-    for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+    for (unsigned int i = 0; i < FAKE_SLOTS; i++) {
         g_devices[i].compute_count = 0;
     }
     char line[256];
     while (fgets(line, sizeof(line), f) != NULL) {
         unsigned long long bytes = 0;
         unsigned int dev = 0, pid = 0;
-        if (sscanf(line, "used %u %llu", &dev, &bytes) == 2 && dev < FAKE_MAX_DEVICES) {
+        if (sscanf(line, "used %u %llu", &dev, &bytes) == 2 && dev < FAKE_SLOTS) {
             g_devices[dev].used = bytes;
         } else if (sscanf(line, "process %u %u %llu", &pid, &dev, &bytes) == 3 &&
-                   dev < FAKE_MAX_DEVICES && g_devices[dev].compute_count < FAKE_MAX_PROCESSES) {
+                   dev < FAKE_SLOTS && g_devices[dev].compute_count < FAKE_MAX_PROCESSES) {
             fake_process *p = &g_devices[dev].compute[g_devices[dev].compute_count++];
             p->pid = pid;
             p->used = bytes;
         }
     }
     fclose(f);
-    for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+    for (unsigned int i = 0; i < FAKE_SLOTS; i++) {
         account_locked(&g_devices[i]);
     }
 }
@@ -557,9 +603,9 @@ static void env_timeline_locked(const char *path) {
         fprintf(stderr, "fake libnvidia-ml: cannot read FAKE_NVML_TIMELINE file %s\n", path);
         return;
     }
-    fake_point *points[FAKE_MAX_DEVICES] = {0};
-    unsigned int counts[FAKE_MAX_DEVICES] = {0};
-    unsigned int caps[FAKE_MAX_DEVICES] = {0};
+    fake_point *points[FAKE_SLOTS] = {0};
+    unsigned int counts[FAKE_SLOTS] = {0};
+    unsigned int caps[FAKE_SLOTS] = {0};
     char line[512];
     while (fgets(line, sizeof(line), f) != NULL) {
         unsigned long long at_ms = 0, used = 0;
@@ -571,7 +617,7 @@ static void env_timeline_locked(const char *path) {
         if (*p == '#' || *p == '\n' || *p == '\r' || *p == '\0') {
             continue;
         }
-        if (sscanf(p, "%llu %u %llu", &at_ms, &dev, &used) != 3 || dev >= FAKE_MAX_DEVICES) {
+        if (sscanf(p, "%llu %u %llu", &at_ms, &dev, &used) != 3 || dev >= FAKE_SLOTS) {
             continue;
         }
         if (counts[dev] == caps[dev]) {
@@ -588,7 +634,7 @@ static void env_timeline_locked(const char *path) {
         counts[dev]++;
     }
     fclose(f);
-    for (unsigned int dev = 0; dev < FAKE_MAX_DEVICES; dev++) {
+    for (unsigned int dev = 0; dev < FAKE_SLOTS; dev++) {
         if (counts[dev] > 0) {
             set_points_locked(dev, points[dev], counts[dev]);
         }
@@ -629,6 +675,27 @@ static void env_fail_entry(const char *name, char *rest) {
     }
     if (set_error_locked(name, dev, atoi(rest)) != 0) {
         fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_FAIL names unknown function '%s'\n", name);
+    }
+}
+
+/* FAKE_NVML_MIG's "gpu:count[:total_mib]". */
+static void env_mig_entry(const char *gpu, char *rest) {
+    unsigned int dev = (unsigned int)strtoul(gpu, NULL, 10);
+    char *colon = strchr(rest, ':');
+    unsigned long long total = FAKE_DEFAULT_MIG_TOTAL_MIB;
+    if (colon != NULL) {
+        *colon = '\0';
+        total = strtoull(colon + 1, NULL, 10);
+    }
+    unsigned int count = (unsigned int)strtoul(rest, NULL, 10);
+    if (dev >= FAKE_MAX_DEVICES || count > FAKE_MAX_MIG) {
+        fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_MIG entry '%s:%s' is out of range\n", gpu, rest);
+        return;
+    }
+    g_devices[dev].mig_mode = 1;
+    g_devices[dev].mig_count = count;
+    for (unsigned int m = 0; m < FAKE_MAX_MIG; m++) {
+        g_devices[mig_slot(dev, m)].total = total * FAKE_MIB;
     }
 }
 
@@ -675,7 +742,7 @@ static void apply_env_locked(void) {
         }
     }
     if (env_ull("FAKE_NVML_USED_MIB", &x)) {
-        for (unsigned int i = 0; i < FAKE_MAX_DEVICES; i++) {
+        for (unsigned int i = 0; i < FAKE_SLOTS; i++) {
             g_devices[i].used = x * FAKE_MIB;
         }
     }
@@ -700,6 +767,10 @@ static void apply_env_locked(void) {
     s = getenv("FAKE_NVML_FOLLOW_RSS");
     if (s != NULL && strcmp(s, "1") == 0) {
         g_devices[0].follow_rss = 1;
+    }
+    s = getenv("FAKE_NVML_MIG");
+    if (s != NULL && *s != '\0') {
+        env_entries_locked("FAKE_NVML_MIG", s, env_mig_entry);
     }
     s = getenv("FAKE_NVML_FAIL");
     if (s != NULL && *s != '\0') {
@@ -941,14 +1012,21 @@ static void pay_latency(int f) {
     }
 }
 
-/* Index of a handle that this library handed out, or -1. */
+/* Slot of a handle that this library handed out and that is valid now, or -1:
+ * a GPU within the device count, or an instance of such a GPU in MIG mode. */
 static int handle_index_locked(nvmlDevice_t device) {
-    for (unsigned int i = 0; i < g_device_count; i++) {
-        if (device == &g_devices[i]) {
-            return (int)i;
-        }
+    if (device < &g_devices[0] || device >= &g_devices[FAKE_SLOTS]) {
+        return -1;
     }
-    return -1;
+    unsigned int i = (unsigned int)(device - &g_devices[0]);
+    if (i < FAKE_MAX_DEVICES) {
+        return i < g_device_count ? (int)i : -1;
+    }
+    const struct nvmlDevice_st *gpu = &g_devices[device->index];
+    if (device->index >= g_device_count || !gpu->mig_mode || device->mig >= gpu->mig_count) {
+        return -1;
+    }
+    return (int)i;
 }
 
 /*
@@ -1057,6 +1135,11 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvml
     if (rc != NVML_SUCCESS) {
         return rc;
     }
+    if (d->is_mig) {
+        /* NVML has no utilization counters per MIG instance. */
+        unlock_state();
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
     utilization->gpu = d->util_gpu;
     utilization->memory = d->util_memory;
     unlock_state();
@@ -1106,6 +1189,91 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsig
     return rc;
 }
 
+/* ---- MIG ----
+ * A GPU in MIG mode (fake_nvml_set_mig, FAKE_NVML_MIG) has instances
+ * 0..count-1, each a device of its own with its own memory, processes and
+ * UUID (MIG-...). Asked of a MIG handle, the mode queries fail with
+ * INVALID_ARGUMENT, as NVML's do. */
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+                                              unsigned int *pendingMode) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetMigMode, device, currentMode, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (d->is_mig || pendingMode == NULL) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        *currentMode = d->mig_mode ? 1u : 0u;
+        *pendingMode = *currentMode;
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetMaxMigDeviceCount, device, count, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (d->is_mig) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        *count = FAKE_MAX_MIG;
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                             nvmlDevice_t *migDevice) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetMigDeviceHandleByIndex, device, migDevice, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (d->is_mig || index >= FAKE_MAX_MIG) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else if (!d->mig_mode) {
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    } else if (index >= d->mig_count) {
+        rc = NVML_ERROR_NOT_FOUND;
+    } else {
+        *migDevice = &g_devices[mig_slot(d->index, index)];
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceIsMigDeviceHandle, device, isMigDevice, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    *isMigDevice = d->is_mig ? 1u : 0u;
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
+                                                                      nvmlDevice_t *device) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetDeviceHandleFromMigDeviceHandle, migDevice, device, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (!d->is_mig) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        *device = &g_devices[d->index];
+    }
+    unlock_state();
+    return rc;
+}
+
 #ifndef FAKE_NVML_NO_PROCESS_QUERIES
 /*
  * The NVML sizing protocol: when *infoCount is smaller than the number of
@@ -1144,8 +1312,8 @@ static nvmlReturn_t list_processes_held(int f, nvmlDevice_t device, unsigned int
         for (unsigned int i = 0; i < n; i++) {
             infos[i].pid = list[i].pid;
             infos[i].usedGpuMemory = list[i].used;
-            infos[i].gpuInstanceId = FAKE_NO_INSTANCE_ID;
-            infos[i].computeInstanceId = FAKE_NO_INSTANCE_ID;
+            infos[i].gpuInstanceId = d->is_mig ? d->mig : FAKE_NO_INSTANCE_ID;
+            infos[i].computeInstanceId = d->is_mig ? 0 : FAKE_NO_INSTANCE_ID;
         }
         *infoCount = n;
     }
@@ -1198,7 +1366,7 @@ FAKE_EXPORT int fake_nvml_set_device_count(unsigned int count) {
 }
 
 FAKE_EXPORT int fake_nvml_set_memory(unsigned int dev, unsigned long long used, unsigned long long total) {
-    if (dev >= FAKE_MAX_DEVICES) {
+    if (dev >= FAKE_SLOTS) {
         return -1;
     }
     lock_control();
@@ -1209,7 +1377,7 @@ FAKE_EXPORT int fake_nvml_set_memory(unsigned int dev, unsigned long long used, 
 }
 
 FAKE_EXPORT int fake_nvml_set_utilization(unsigned int dev, unsigned int gpu, unsigned int memory) {
-    if (dev >= FAKE_MAX_DEVICES) {
+    if (dev >= FAKE_SLOTS) {
         return -1;
     }
     lock_control();
@@ -1220,7 +1388,7 @@ FAKE_EXPORT int fake_nvml_set_utilization(unsigned int dev, unsigned int gpu, un
 }
 
 FAKE_EXPORT int fake_nvml_set_name(unsigned int dev, const char *name) {
-    if (dev >= FAKE_MAX_DEVICES || name == NULL || strlen(name) >= NVML_DEVICE_NAME_V2_BUFFER_SIZE) {
+    if (dev >= FAKE_SLOTS || name == NULL || strlen(name) >= NVML_DEVICE_NAME_V2_BUFFER_SIZE) {
         return -1;
     }
     lock_control();
@@ -1231,7 +1399,7 @@ FAKE_EXPORT int fake_nvml_set_name(unsigned int dev, const char *name) {
 
 static int set_process_list(unsigned int dev, const unsigned int *pids, const unsigned long long *used,
                             unsigned int count, int graphics) {
-    if (dev >= FAKE_MAX_DEVICES || count > FAKE_MAX_PROCESSES || (count > 0 && (pids == NULL || used == NULL))) {
+    if (dev >= FAKE_SLOTS || count > FAKE_MAX_PROCESSES || (count > 0 && (pids == NULL || used == NULL))) {
         return -1;
     }
     lock_control();
@@ -1252,7 +1420,7 @@ static int set_process_list(unsigned int dev, const unsigned int *pids, const un
 
 /* Turns per-process accounting of dev on (1) or off (0). */
 FAKE_EXPORT int fake_nvml_set_accounting(unsigned int dev, int enabled) {
-    if (dev >= FAKE_MAX_DEVICES) {
+    if (dev >= FAKE_SLOTS) {
         return -1;
     }
     lock_control();
@@ -1264,7 +1432,7 @@ FAKE_EXPORT int fake_nvml_set_accounting(unsigned int dev, int enabled) {
 /* Sets the peak the driver's accounting reports for pid on dev, as a driver
  * that saw an allocation between two process lists would. */
 FAKE_EXPORT int fake_nvml_set_accounted_peak(unsigned int dev, unsigned int pid, unsigned long long bytes) {
-    if (dev >= FAKE_MAX_DEVICES) {
+    if (dev >= FAKE_SLOTS) {
         return -1;
     }
     lock_control();
@@ -1355,7 +1523,7 @@ FAKE_EXPORT void fake_nvml_reset_call_counts(void) {
  * count 0 (which clears), the value of fake_nvml_set_memory applies. */
 FAKE_EXPORT int fake_nvml_set_timeline(unsigned int dev, const unsigned long long *at_ns,
                                        const unsigned long long *used, unsigned int count) {
-    if (dev >= FAKE_MAX_DEVICES || (count > 0 && (at_ns == NULL || used == NULL))) {
+    if (dev >= FAKE_SLOTS || (count > 0 && (at_ns == NULL || used == NULL))) {
         return -1;
     }
     fake_point *points = NULL;
@@ -1385,13 +1553,35 @@ FAKE_EXPORT void fake_nvml_start_timeline(void) {
 
 /* Used memory of dev = its set used memory + this process's resident set. */
 FAKE_EXPORT int fake_nvml_set_follow_rss(unsigned int dev, int enabled) {
-    if (dev >= FAKE_MAX_DEVICES) {
+    if (dev >= FAKE_SLOTS) {
         return -1;
     }
     lock_control();
     g_devices[dev].follow_rss = enabled != 0;
     unlock_state();
     return 0;
+}
+
+/* Puts GPU dev in MIG mode with count instances (0 to FAKE_MAX_MIG) of total
+ * bytes each, or takes it out of MIG mode (count -1). Instance m is then the
+ * device slot fake_nvml_mig_slot(dev, m) for every per-device function. */
+FAKE_EXPORT int fake_nvml_set_mig(unsigned int dev, int count, unsigned long long total) {
+    if (dev >= FAKE_MAX_DEVICES || count < -1 || count > (int)FAKE_MAX_MIG) {
+        return -1;
+    }
+    lock_control();
+    g_devices[dev].mig_mode = count >= 0;
+    g_devices[dev].mig_count = count > 0 ? (unsigned int)count : 0;
+    for (unsigned int m = 0; m < FAKE_MAX_MIG; m++) {
+        g_devices[mig_slot(dev, m)].total = total;
+    }
+    unlock_state();
+    return 0;
+}
+
+/* The device slot of MIG instance mig of GPU dev. */
+FAKE_EXPORT unsigned int fake_nvml_mig_slot(unsigned int dev, unsigned int mig) {
+    return mig_slot(dev, mig);
 }
 
 /* How many nvmlInit calls have not been matched by nvmlShutdown. */
@@ -1404,7 +1594,7 @@ FAKE_EXPORT unsigned int fake_nvml_init_count(void) {
 
 /* The used memory a read of dev would report now, without counting a call. */
 FAKE_EXPORT unsigned long long fake_nvml_current_used(unsigned int dev) {
-    if (dev >= FAKE_MAX_DEVICES) {
+    if (dev >= FAKE_SLOTS) {
         return 0;
     }
     lock_state();

@@ -82,6 +82,11 @@ pub fn uuid_of(index: u32) -> String {
     format!("GPU-00000000-0000-0000-0000-{index:012}")
 }
 
+/// The UUID the fake reports for MIG instance `mig` of GPU `index`.
+pub fn mig_uuid_of(index: u32, mig: u32) -> String {
+    format!("MIG-00000000-0000-0000-{index:04}-{mig:012}")
+}
+
 /// A private copy of the fake NVML library, with its own state.
 ///
 /// Dropping it unloads the control handle and deletes the copy; see the
@@ -304,6 +309,32 @@ impl FakeNvml {
     /// (Re)starts the clock shared by the timelines of all devices.
     pub fn start_timeline(&self) {
         unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_start_timeline")() }
+    }
+
+    /// Puts GPU `dev` in MIG mode with `count` instances (at most 7) of `total` bytes
+    /// each; their used memory starts at [`DEFAULT_USED`]. Instance `m` is then the
+    /// device [`FakeNvml::mig_slot`]`(dev, m)` for every per-device function.
+    pub fn set_mig(&self, dev: u32, count: u32, total: u64) {
+        let count = c_int::try_from(count).unwrap_or(c_int::MAX);
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_int, u64) -> c_int>("fake_nvml_set_mig")(
+                dev, count, total,
+            )
+        };
+        assert_eq!(
+            rc, 0,
+            "fake NVML: bad GPU {dev} or more than 7 MIG instances"
+        );
+    }
+
+    /// The device number of MIG instance `mig` of GPU `dev`, for [`FakeNvml::set_memory`],
+    /// [`FakeNvml::set_processes`], [`FakeNvml::set_timeline`], [`FakeNvml::set_error`]...
+    pub fn mig_slot(&self, dev: u32, mig: u32) -> u32 {
+        unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_uint) -> c_uint>("fake_nvml_mig_slot")(
+                dev, mig,
+            )
+        }
     }
 
     /// Makes every call of the per-device NVML function `function` take `latency`

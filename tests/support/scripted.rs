@@ -43,6 +43,7 @@ pub fn scripted(devices: u32, used: u64) -> (ScriptedSource, Script) {
     let devices = (0..devices)
         .map(|index| Device {
             index,
+            mig: None,
             uuid: format!("GPU-scripted-{index}"),
             name: "Scripted GPU".into(),
             vendor: "NVIDIA".into(),

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::ring::Snapshot;
 use crate::diagnose::open_spans::OpenSpan;
 use crate::diagnose::peers::{Alarm, Board};
+use crate::record::GpuId;
 
 /// What one finding writes: everything the file says, owned, so that the writer thread
 /// builds the JSON.
@@ -20,8 +21,8 @@ pub(super) struct Job {
     pub(super) threshold: f64,
     /// Position of the device in the sampler's order.
     pub(super) device: usize,
-    /// NVML index of every device, in the sampler's order.
-    pub(super) indexes: Vec<i64>,
+    /// Every device, in the sampler's order.
+    pub(super) ids: Vec<GpuId>,
     pub(super) used: Option<u64>,
     pub(super) limit: Option<u64>,
     pub(super) rise: Option<(u64, u64)>,
@@ -46,7 +47,7 @@ impl Job {
             message: self.message.as_deref(),
             threshold: self.threshold,
             device: DeviceBody {
-                index: self.indexes.get(self.device).copied(),
+                index: self.ids.get(self.device).copied(),
                 used: self.used,
                 limit: self.limit,
             },
@@ -68,7 +69,7 @@ impl Job {
                 unix_nano: &self.ring.times,
                 devices: (0..self.ring.devices())
                     .map(|d| DeviceColumn {
-                        index: self.indexes.get(d).copied().unwrap_or(d as i64),
+                        index: self.ids.get(d).copied().unwrap_or(GpuId::gpu(d as u32)),
                         used: self.ring.column(d),
                         limit: self.ring.total(d),
                     })
@@ -96,7 +97,7 @@ pub(super) struct Body<'a> {
 
 #[derive(Serialize)]
 pub(super) struct DeviceBody {
-    pub(super) index: Option<i64>,
+    pub(super) index: Option<GpuId>,
     pub(super) used: Option<u64>,
     pub(super) limit: Option<u64>,
 }
@@ -127,7 +128,7 @@ pub(super) struct TimelineBody<'a> {
 
 #[derive(Serialize)]
 pub(super) struct DeviceColumn<'a> {
-    pub(super) index: i64,
+    pub(super) index: GpuId,
     pub(super) used: &'a [Option<u64>],
     pub(super) limit: Option<u64>,
 }

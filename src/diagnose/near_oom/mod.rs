@@ -27,8 +27,9 @@ use ring::{rise_start, Ring, Snapshot};
 use super::counts::Counts;
 use super::open_spans::{OpenSpan, OpenSpans};
 use super::peers::{Alarm, Board};
-use crate::figures::int;
+use crate::figures::{device_attributes, int};
 use crate::names::{attribute as attr, event};
+use crate::record::GpuId;
 use crate::timeline::{Tick, TickObserver};
 use crate::util::sync::lock;
 
@@ -51,8 +52,8 @@ pub(crate) struct Recorder {
     threshold: f64,
     open_spans: Arc<OpenSpans>,
     pending: Mutex<Vec<PendingEvent>>,
-    /// NVML indexes of the devices, in sampler order (set once the sampler has started).
-    device_indexes: OnceLock<Vec<u32>>,
+    /// The devices, in sampler order (set once the sampler has started).
+    device_ids: OnceLock<Vec<GpuId>>,
     run_dir: PathBuf,
     writer: Mutex<Option<SyncSender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -92,7 +93,7 @@ impl Recorder {
             threshold,
             open_spans,
             pending: Mutex::new(Vec::new()),
-            device_indexes: OnceLock::new(),
+            device_ids: OnceLock::new(),
             run_dir,
             writer: Mutex::new(Some(sender)),
             thread: Mutex::new(Some(thread)),
@@ -107,17 +108,14 @@ impl Recorder {
         Ok(recorder)
     }
 
-    /// The NVML index of each device, in the sampler's order.
-    pub(crate) fn set_device_indexes(&self, indexes: Vec<u32>) {
-        let _ = self.device_indexes.set(indexes);
+    /// Each device, in the sampler's order.
+    pub(crate) fn set_device_ids(&self, ids: Vec<GpuId>) {
+        let _ = self.device_ids.set(ids);
     }
 
-    fn device_index(&self, position: usize) -> i64 {
-        let index = self
-            .device_indexes
-            .get()
-            .and_then(|d| d.get(position).copied());
-        i64::from(index.unwrap_or(position as u32))
+    fn device_id(&self, position: usize) -> GpuId {
+        let id = self.device_ids.get().and_then(|d| d.get(position).copied());
+        id.unwrap_or(GpuId::gpu(u32::try_from(position).unwrap_or(u32::MAX)))
     }
 
     /// Findings that wait for their span; the tap takes the ones it places.
@@ -247,7 +245,7 @@ impl Recorder {
         let open = self.open_spans.open();
         let name = self.file_name(unix_nanos);
 
-        let mut attributes = vec![KeyValue::new(attr::GPU_INDEX, self.device_index(device))];
+        let mut attributes: Vec<KeyValue> = device_attributes(self.device_id(device)).collect();
         attributes.extend(used.map(|u| KeyValue::new(attr::GPU_MEMORY_USED, int(u))));
         attributes.extend(limit.map(|l| KeyValue::new(attr::GPU_MEMORY_LIMIT, int(l))));
         if let Some((_, from)) = rise {
@@ -265,7 +263,7 @@ impl Recorder {
             host: board.host(),
             event: event.to_owned(),
             time_unix_nano: unix_nanos,
-            gpu_index: self.device_index(device),
+            gpu: self.device_id(device),
             epoch: innermost_index(&open, attr::ML_EPOCH),
             step: innermost_index(&open, attr::ML_STEP),
             peak: ring.peak(device),
@@ -291,7 +289,7 @@ impl Recorder {
             (Some(message), _, _) => format!("out of memory ({message})"),
             (None, Some(used), Some(limit)) => format!(
                 "gpu {} at {:.0}% of its memory ({} of {})",
-                self.device_index(device),
+                self.device_id(device),
                 used as f64 / limit.max(1) as f64 * 100.0,
                 crate::util::bytes::human(int(used)),
                 crate::util::bytes::human(int(limit))
@@ -299,8 +297,8 @@ impl Recorder {
             _ => "near out of memory".to_owned(),
         };
         let path = self.run_dir.join(&name);
-        let indexes = (0..ring.devices().max(device + 1))
-            .map(|i| self.device_index(i))
+        let ids = (0..ring.devices().max(device + 1))
+            .map(|i| self.device_id(i))
             .collect();
         let job = Job {
             warning: format!("gpuspan: warning: {what}; timeline in {}", path.display()),
@@ -310,7 +308,7 @@ impl Recorder {
             message: message.map(str::to_owned),
             threshold: self.threshold,
             device,
-            indexes,
+            ids,
             used,
             limit,
             rise,
@@ -498,7 +496,7 @@ mod tests {
             message: None,
             threshold: 0.95,
             device: 0,
-            indexes: vec![0],
+            ids: vec![GpuId::gpu(0)],
             used: Some(96),
             limit: Some(100),
             rise: None,

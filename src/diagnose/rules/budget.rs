@@ -7,6 +7,7 @@ use opentelemetry::KeyValue;
 use super::{span_label, Attributes, Counter, Detail, FindingKind, Setup, SpanRule};
 use crate::diagnose::{Findings, Highest, Limits};
 use crate::names::{attribute as attr, event};
+use crate::figures::device_attributes;
 use crate::record::SpanRecord;
 use crate::util::bytes;
 
@@ -48,10 +49,14 @@ impl FindingKind for BudgetExceeded {
 }
 
 /// The event's device, peak and budget, as the warning and the error status write them.
-fn figures(event: &dyn Attributes) -> (i64, String, String) {
+fn figures(event: &dyn Attributes) -> (String, String, String) {
     let figure = |key| bytes::human(event.int(key).unwrap_or_default());
+    let index = event.int(attr::GPU_INDEX).unwrap_or_default();
     (
-        event.int(attr::GPU_INDEX).unwrap_or_default(),
+        match event.int(attr::GPU_MIG_INDEX) {
+            Some(mig) => format!("{index}.mig{mig}"),
+            None => index.to_string(),
+        },
         figure(attr::GPU_MEMORY_PEAK),
         figure(attr::GPU_MEMORY_BUDGET),
     )
@@ -81,7 +86,7 @@ impl SpanRule for Budget {
                 .is_none_or(|h| peak - budget > h.peak - h.budget);
             if higher {
                 findings.highest = Some(Highest {
-                    device: device.index,
+                    device: device.id,
                     peak,
                     budget,
                     span: span_label(record),
@@ -89,11 +94,10 @@ impl SpanRule for Budget {
             }
             if peak > budget {
                 findings.over_budget += 1;
-                over.push(vec![
-                    KeyValue::new(attr::GPU_INDEX, i64::from(device.index)),
-                    KeyValue::new(attr::GPU_MEMORY_PEAK, peak),
-                    KeyValue::new(attr::GPU_MEMORY_BUDGET, budget),
-                ]);
+                let mut event: Vec<KeyValue> = device_attributes(device.id).collect();
+                event.push(KeyValue::new(attr::GPU_MEMORY_PEAK, peak));
+                event.push(KeyValue::new(attr::GPU_MEMORY_BUDGET, budget));
+                over.push(event);
             }
         }
         over
@@ -127,7 +131,7 @@ impl Budget {
                     .limits
                     .devices
                     .iter()
-                    .position(|l| l.index == d.index)?;
+                    .position(|l| l.id == d.id)?;
                 Some((position, d.peak?))
             })
             .collect()
