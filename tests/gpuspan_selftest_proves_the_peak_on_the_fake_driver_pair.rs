@@ -10,7 +10,7 @@ use gpuspan_test_support as support;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use support::fake_nvml::FakeNvml;
+use support::fake_nvml::{mig_uuid_of, FakeNvml};
 
 /// `gpuspan selftest` with `args`, the fake as NVML and, through `lib_dir`, as libcuda.
 fn selftest(fake: &FakeNvml, lib_dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
@@ -86,6 +86,35 @@ fn every_allocation_is_in_the_held_and_spike_peaks_and_this_process_figures() {
     }
     assert!(table.contains("NVML: a memory read takes "), "{table}");
     assert!(table.contains("the sampler kept "), "{table}");
+}
+
+#[test]
+fn on_a_mig_instance_the_allocation_is_in_that_instances_figures() {
+    let fake = FakeNvml::build();
+    let dir = cuda_dir(&fake);
+    let instance = mig_uuid_of(0, 1);
+    let out = selftest(
+        &fake,
+        dir.path(),
+        &["--mib", "300"],
+        &[
+            ("FAKE_NVML_DEVICES", "1"),
+            ("FAKE_NVML_MIG", "0:2:16384"),
+            ("FAKE_CUDA_CONTEXT_MIB", "480"),
+            ("CUDA_VISIBLE_DEVICES", &instance),
+        ],
+    );
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
+    assert!(
+        table.starts_with("gpuspan selftest: 1 of 1 device(s) reached through CUDA"),
+        "{table}"
+    );
+    assert_eq!(
+        lines(&table)[2],
+        "0.mig1 NVIDIA H200 (fake) MIG 1g.18gb 480 MiB 300 MiB 300 MiB 300 MiB 300 MiB ok",
+        "{table}"
+    );
 }
 
 #[test]

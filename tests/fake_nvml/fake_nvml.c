@@ -1610,6 +1610,9 @@ FAKE_EXPORT unsigned long long fake_nvml_current_used(unsigned int dev) {
  * state: a context or an allocation raises the device's used memory and this
  * process's entry in its compute process list, as on a real GPU, and freeing
  * lowers them again. Allocations are rounded up to 2 MiB, as the driver's are.
+ * CUDA's devices are the GPUs, in order, each GPU in MIG mode replaced by its
+ * MIG instances (as a CUDA that could see them all would number them); a
+ * CUdevice is the device slot.
  *
  *      FAKE_CUDA_CONTEXT_MIB   what a primary context takes (default 500)
  *      FAKE_CUDA_FAIL_ALLOC    1: every allocation fails with out of memory
@@ -1640,7 +1643,7 @@ typedef struct fake_allocation {
 } fake_allocation;
 
 static int g_cuda_initialized;
-static unsigned int g_cuda_contexts[FAKE_MAX_DEVICES]; /* primary context retains */
+static unsigned int g_cuda_contexts[FAKE_SLOTS]; /* primary context retains */
 static fake_allocation g_allocations[FAKE_CUDA_MAX_ALLOCATIONS];
 static CUdeviceptr g_next_ptr = 0x700000000000ull;
 static __thread int g_cuda_current = -1;
@@ -1681,6 +1684,33 @@ static void hold_locked(unsigned int dev, unsigned long long bytes, int add) {
     account_locked(d);
 }
 
+/* CUDA's devices in order, as device slots; returns how many. */
+static unsigned int cuda_devices_locked(unsigned int *slots) {
+    unsigned int n = 0;
+    for (unsigned int gpu = 0; gpu < g_device_count; gpu++) {
+        if (!g_devices[gpu].mig_mode) {
+            slots[n++] = gpu;
+            continue;
+        }
+        for (unsigned int m = 0; m < g_devices[gpu].mig_count; m++) {
+            slots[n++] = mig_slot(gpu, m);
+        }
+    }
+    return n;
+}
+
+/* Whether dev is one of CUDA's devices now. */
+static int cuda_device_locked(CUdevice dev) {
+    unsigned int slots[FAKE_SLOTS];
+    unsigned int n = cuda_devices_locked(slots);
+    for (unsigned int i = 0; i < n; i++) {
+        if (slots[i] == (unsigned int)dev) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* For cuda_enter: a call that takes no device, one that has no output. */
 #define CUDA_ANY_DEVICE (-1)
 static const char k_no_output;
@@ -1697,7 +1727,7 @@ static CUresult cuda_enter(CUdevice dev, const void *out) {
     if (!g_cuda_initialized) {
         return CUDA_ERROR_NOT_INITIALIZED;
     }
-    if (dev != CUDA_ANY_DEVICE && (dev < 0 || (unsigned int)dev >= g_device_count)) {
+    if (dev != CUDA_ANY_DEVICE && (dev < 0 || !cuda_device_locked(dev))) {
         return CUDA_ERROR_INVALID_DEVICE;
     }
     return out == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
@@ -1725,16 +1755,23 @@ FAKE_EXPORT CUresult cuDriverGetVersion(int *version) {
 FAKE_EXPORT CUresult cuDeviceGetCount(int *count) {
     CUresult rc = cuda_enter(CUDA_ANY_DEVICE, count);
     if (rc == CUDA_SUCCESS) {
-        *count = (int)g_device_count;
+        unsigned int slots[FAKE_SLOTS];
+        *count = (int)cuda_devices_locked(slots);
     }
     unlock_state();
     return rc;
 }
 
 FAKE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
-    CUresult rc = cuda_enter(ordinal, device);
+    CUresult rc = cuda_enter(CUDA_ANY_DEVICE, device);
     if (rc == CUDA_SUCCESS) {
-        *device = ordinal;
+        unsigned int slots[FAKE_SLOTS];
+        unsigned int n = cuda_devices_locked(slots);
+        if (ordinal < 0 || (unsigned int)ordinal >= n) {
+            rc = CUDA_ERROR_INVALID_DEVICE;
+        } else {
+            *device = (CUdevice)slots[ordinal];
+        }
     }
     unlock_state();
     return rc;
@@ -1749,7 +1786,7 @@ FAKE_EXPORT CUresult cuDeviceGetName(char *name, int length, CUdevice dev) {
     return rc;
 }
 
-/* The 16 bytes NVML's "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" spells in hex. */
+/* The 16 bytes NVML's "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (or MIG-...) spells in hex. */
 FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
     CUresult rc = cuda_enter(dev, uuid);
     if (rc == CUDA_SUCCESS) {
@@ -1814,7 +1851,7 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
             g_cuda_current = -1;
         } else {
             unsigned int *retains = (unsigned int *)ctx;
-            if (retains < g_cuda_contexts || retains >= g_cuda_contexts + FAKE_MAX_DEVICES || *retains == 0) {
+            if (retains < g_cuda_contexts || retains >= g_cuda_contexts + FAKE_SLOTS || *retains == 0) {
                 rc = CUDA_ERROR_INVALID_CONTEXT;
             } else {
                 g_cuda_current = (int)(retains - g_cuda_contexts);
