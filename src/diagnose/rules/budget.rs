@@ -40,7 +40,9 @@ impl FindingKind for BudgetExceeded {
         ))
     }
 
+    /// No rule without a budget: the export thread then pays nothing for it.
     fn start(&self, setup: &Setup<'_>) -> Option<Box<dyn SpanRule>> {
+        setup.settings.budget?;
         Some(Box::new(Budget {
             limits: setup.limits.clone(),
             error: setup.settings.budget_error,
@@ -74,30 +76,16 @@ impl SpanRule for Budget {
     /// headroom line.
     fn on_span(&mut self, record: &SpanRecord, findings: &mut Findings) -> Vec<Vec<KeyValue>> {
         let mut over = Vec::new();
-        for (position, peak) in self.peaks(record) {
-            let device = &self.limits.devices[position];
-            let Some(budget) = device.budget else {
-                continue;
-            };
-            let budget = i64::try_from(budget).unwrap_or(i64::MAX);
-            let higher = findings
-                .highest
-                .as_ref()
-                .is_none_or(|h| peak - budget > h.peak - h.budget);
-            if higher {
-                findings.highest = Some(Highest {
-                    device: device.id,
-                    peak,
-                    budget,
-                    span: span_label(record),
-                });
+        // With several devices, each one's own peak; with one, the summed figure is its.
+        if record.devices.is_empty() {
+            if let (Some(gpu), 1) = (record.gpu, self.limits.devices.len()) {
+                self.check(0, gpu.peak, record, findings, &mut over);
             }
-            if peak > budget {
-                findings.over_budget += 1;
-                let mut event: Vec<KeyValue> = device_attributes(device.id).collect();
-                event.push(KeyValue::new(attr::GPU_MEMORY_PEAK, peak));
-                event.push(KeyValue::new(attr::GPU_MEMORY_BUDGET, budget));
-                over.push(event);
+        }
+        for device in &record.devices {
+            let position = self.limits.devices.iter().position(|l| l.id == device.id);
+            if let (Some(position), Some(peak)) = (position, device.peak) {
+                self.check(position, peak, record, findings, &mut over);
             }
         }
         over
@@ -114,26 +102,39 @@ impl SpanRule for Budget {
 }
 
 impl Budget {
-    /// `(position in the limits, peak)` per device with several devices; the summed
-    /// figure is the one device's otherwise.
-    fn peaks(&self, record: &SpanRecord) -> Vec<(usize, i64)> {
-        if record.devices.is_empty() {
-            return match (record.gpu, self.limits.devices.len()) {
-                (Some(gpu), 1) => vec![(0, gpu.peak)],
-                _ => Vec::new(),
-            };
+    /// One device's peak against its budget: the highest for the headroom line, and an
+    /// event in `over` when it is over.
+    fn check(
+        &self,
+        position: usize,
+        peak: i64,
+        record: &SpanRecord,
+        findings: &mut Findings,
+        over: &mut Vec<Vec<KeyValue>>,
+    ) {
+        let device = &self.limits.devices[position];
+        let Some(budget) = device.budget else {
+            return;
+        };
+        let budget = i64::try_from(budget).unwrap_or(i64::MAX);
+        let higher = findings
+            .highest
+            .as_ref()
+            .is_none_or(|h| peak - budget > h.peak - h.budget);
+        if higher {
+            findings.highest = Some(Highest {
+                device: device.id,
+                peak,
+                budget,
+                span: span_label(record),
+            });
         }
-        record
-            .devices
-            .iter()
-            .filter_map(|d| {
-                let position = self
-                    .limits
-                    .devices
-                    .iter()
-                    .position(|l| l.id == d.id)?;
-                Some((position, d.peak?))
-            })
-            .collect()
+        if peak > budget {
+            findings.over_budget += 1;
+            let mut event: Vec<KeyValue> = device_attributes(device.id).collect();
+            event.push(KeyValue::new(attr::GPU_MEMORY_PEAK, peak));
+            event.push(KeyValue::new(attr::GPU_MEMORY_BUDGET, budget));
+            over.push(event);
+        }
     }
 }
