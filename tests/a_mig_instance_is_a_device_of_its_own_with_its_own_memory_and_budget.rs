@@ -258,3 +258,18 @@ fn without_a_budget_the_batch_size_fit_is_made_to_the_instances_total() {
     assert_eq!(fit.limit_bytes, Some(INSTANCE as i64));
     assert_eq!(fit.max_batch_size, Some(96), "(16 GiB - 4 GiB) / 128 MiB");
 }
+
+#[test]
+fn a_gpu_in_mig_mode_with_no_instance_is_left_out_and_its_neighbour_kept() {
+    let fake = fake();
+    fake.set_mig(0, 0, INSTANCE);
+    let receiver = Receiver::start_grpc();
+    let telemetry = build(&fake, None, setup::to_receiver(&receiver));
+    let ids: Vec<String> = telemetry
+        .devices()
+        .iter()
+        .map(|d| d.device.uuid.clone())
+        .collect();
+    assert_eq!(ids, vec![uuid_of(1)], "CUDA cannot run on GPU 0 either");
+    telemetry.shutdown().expect("clean shutdown");
+}

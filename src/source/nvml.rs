@@ -87,7 +87,7 @@ impl NvmlSource {
                 name: device.name().unwrap_or_else(|_| "NVIDIA GPU".to_owned()),
                 vendor: "NVIDIA".to_owned(),
             };
-            let Some(instances) = mig_instances(&device) else {
+            let Some(instances) = mig_instances(index, &device) else {
                 if scope.includes(&gpu) {
                     // SAFETY: the handle stays valid while `nvml` is alive, and `nvml` is kept.
                     handles.push(unsafe { device.handle() });
@@ -331,7 +331,10 @@ impl ProcessLister for NvmlProcesses {
 
 /// The MIG instances of a GPU in MIG mode, by their index on it; `None` when the GPU is not
 /// in MIG mode (or cannot say, as drivers without MIG answer).
-fn mig_instances<'nvml>(gpu: &NvmlDevice<'nvml>) -> Option<Vec<(u32, NvmlDevice<'nvml>)>> {
+fn mig_instances<'nvml>(
+    index: u32,
+    gpu: &NvmlDevice<'nvml>,
+) -> Option<Vec<(u32, NvmlDevice<'nvml>)>> {
     let mode = gpu.mig_mode().ok()?;
     if mode.current != NVML_DEVICE_MIG_ENABLE {
         return None;
@@ -340,8 +343,8 @@ fn mig_instances<'nvml>(gpu: &NvmlDevice<'nvml>) -> Option<Vec<(u32, NvmlDevice<
         Ok(most) => most,
         Err(e) => {
             eprintln!(
-                "gpuspan: warning: a GPU in MIG mode cannot count its MIG instances ({}); \
-                 it is left out",
+                "gpuspan: warning: GPU {index} is in MIG mode and cannot count its MIG \
+                 instances ({}); it is left out",
                 describe(&e)
             );
             return Some(Vec::new());

@@ -353,6 +353,15 @@ static unsigned int mig_slot(unsigned int gpu, unsigned int mig) {
     return FAKE_MAX_DEVICES + gpu * FAKE_MAX_MIG + mig;
 }
 
+/* GPU dev in MIG mode with count instances of total bytes each (count -1: out of it). */
+static void set_mig_locked(unsigned int dev, int count, unsigned long long total) {
+    g_devices[dev].mig_mode = count >= 0;
+    g_devices[dev].mig_count = count > 0 ? (unsigned int)count : 0;
+    for (unsigned int m = 0; m < FAKE_MAX_MIG; m++) {
+        g_devices[mig_slot(dev, m)].total = total;
+    }
+}
+
 static void reset_locked(void) {
     for (unsigned int i = 0; i < FAKE_SLOTS; i++) {
         reset_device_locked(i);
@@ -692,11 +701,7 @@ static void env_mig_entry(const char *gpu, char *rest) {
         fprintf(stderr, "fake libnvidia-ml: FAKE_NVML_MIG entry '%s:%s' is out of range\n", gpu, rest);
         return;
     }
-    g_devices[dev].mig_mode = 1;
-    g_devices[dev].mig_count = count;
-    for (unsigned int m = 0; m < FAKE_MAX_MIG; m++) {
-        g_devices[mig_slot(dev, m)].total = total * FAKE_MIB;
-    }
+    set_mig_locked(dev, (int)count, total * FAKE_MIB);
 }
 
 /* FAKE_NVML_LATENCY_US's "name:us". */
@@ -1570,11 +1575,7 @@ FAKE_EXPORT int fake_nvml_set_mig(unsigned int dev, int count, unsigned long lon
         return -1;
     }
     lock_control();
-    g_devices[dev].mig_mode = count >= 0;
-    g_devices[dev].mig_count = count > 0 ? (unsigned int)count : 0;
-    for (unsigned int m = 0; m < FAKE_MAX_MIG; m++) {
-        g_devices[mig_slot(dev, m)].total = total;
-    }
+    set_mig_locked(dev, count, total);
     unlock_state();
     return 0;
 }
