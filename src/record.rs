@@ -1,8 +1,9 @@
 //! A closed span as gpuspan reads it: the one view of a span that the summary table,
 //! `gpuspan report`, diagnosis, the taps and the pictures share.
 //!
-//! Plain data with no imports: the ground floor. How a record is read from a span's
-//! attributes lives with the attribute table (`figures`).
+//! Plain data with no imports from the crate: the ground floor. How a record is read from a
+//! span's attributes lives with the attribute table (`figures`); a device's id ([`GpuId`])
+//! is here because every floor above names devices by it.
 
 /// Start, peak and end of one memory figure over a span or an epoch, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -65,65 +65,7 @@ impl NvmlSource {
         let count = nvml.device_count().map_err(|e| {
             NvmlUnavailable(format!("NVML could not count devices ({})", describe(&e)))
         })?;
-        let mut handles = Vec::new();
-        let mut devices = Vec::new();
-        for index in 0..count {
-            let device = match nvml.device_by_index(index) {
-                Ok(device) => device,
-                Err(e) => {
-                    eprintln!(
-                        "gpuspan: warning: NVML device {index} cannot be opened ({}); it is left out",
-                        describe(&e)
-                    );
-                    continue;
-                }
-            };
-            let gpu = Device {
-                index,
-                mig: None,
-                uuid: device
-                    .uuid()
-                    .unwrap_or_else(|_| format!("nvml-index-{index}")),
-                name: device.name().unwrap_or_else(|_| "NVIDIA GPU".to_owned()),
-                vendor: "NVIDIA".to_owned(),
-            };
-            let Some(instances) = mig_instances(index, &device) else {
-                if scope.includes(&gpu) {
-                    // SAFETY: the handle stays valid while `nvml` is alive, and `nvml` is kept.
-                    handles.push(unsafe { device.handle() });
-                    devices.push(gpu);
-                }
-                continue;
-            };
-            if instances.is_empty() && scope.includes(&gpu) {
-                eprintln!(
-                    "gpuspan: warning: GPU {index} is in MIG mode with no MIG instance; it is \
-                     left out (CUDA cannot run on it either)"
-                );
-            }
-            // In MIG mode the instances are the devices, each with its own memory: the
-            // parent's figures would count them all again. Naming the GPU (its index or
-            // UUID) selects all of its instances; a `MIG-...` UUID, one.
-            for (mig, instance) in instances {
-                let info = Device {
-                    index,
-                    mig: Some(mig),
-                    uuid: instance
-                        .uuid()
-                        .unwrap_or_else(|_| format!("nvml-index-{index}-mig-{mig}")),
-                    name: instance
-                        .name()
-                        .unwrap_or_else(|_| format!("{} MIG", gpu.name)),
-                    vendor: gpu.vendor.clone(),
-                };
-                if scope.includes(&gpu) || scope.includes(&info) {
-                    // SAFETY: as above; MIG handles live as long as `nvml` too.
-                    handles.push(unsafe { instance.handle() });
-                    devices.push(info);
-                }
-            }
-        }
-        let picked = scope.pick(handles.into_iter().zip(devices).collect());
+        let picked = scope.pick(devices_in_scope(&nvml, count, scope));
         let (handles, devices): (Vec<_>, Vec<_>) = picked.into_iter().unzip();
         let n = devices.len();
         let nvml = Arc::new(nvml);
@@ -327,6 +269,71 @@ impl ProcessLister for NvmlProcesses {
             Err(e) => DriverPeak::Failed(describe(&e)),
         }
     }
+}
+
+/// The devices in scope with their handles, in NVML's order: each GPU, or for a GPU in MIG
+/// mode each of its instances.
+fn devices_in_scope(
+    nvml: &Nvml,
+    count: u32,
+    scope: &DeviceScope,
+) -> Vec<(nvml_wrapper_sys::bindings::nvmlDevice_t, Device)> {
+    let mut found = Vec::new();
+    for index in 0..count {
+        let device = match nvml.device_by_index(index) {
+            Ok(device) => device,
+            Err(e) => {
+                eprintln!(
+                    "gpuspan: warning: NVML device {index} cannot be opened ({}); it is left out",
+                    describe(&e)
+                );
+                continue;
+            }
+        };
+        let gpu = Device {
+            index,
+            mig: None,
+            uuid: device
+                .uuid()
+                .unwrap_or_else(|_| format!("nvml-index-{index}")),
+            name: device.name().unwrap_or_else(|_| "NVIDIA GPU".to_owned()),
+            vendor: "NVIDIA".to_owned(),
+        };
+        let Some(instances) = mig_instances(index, &device) else {
+            if scope.includes(&gpu) {
+                // SAFETY: the handle stays valid while `nvml` is alive, and the source keeps it.
+                found.push((unsafe { device.handle() }, gpu));
+            }
+            continue;
+        };
+        if instances.is_empty() && scope.includes(&gpu) {
+            eprintln!(
+                "gpuspan: warning: GPU {index} is in MIG mode with no MIG instance; it is \
+                 left out (CUDA cannot run on it either)"
+            );
+        }
+        // In MIG mode the instances are the devices, each with its own memory: the
+        // parent's figures would count them all again. Naming the GPU (its index or
+        // UUID) selects all of its instances; a `MIG-...` UUID, one.
+        for (mig, instance) in instances {
+            let info = Device {
+                index,
+                mig: Some(mig),
+                uuid: instance
+                    .uuid()
+                    .unwrap_or_else(|_| format!("nvml-index-{index}-mig-{mig}")),
+                name: instance
+                    .name()
+                    .unwrap_or_else(|_| format!("{} MIG", gpu.name)),
+                vendor: gpu.vendor.clone(),
+            };
+            if scope.includes(&gpu) || scope.includes(&info) {
+                // SAFETY: as above; MIG handles live as long as `nvml` too.
+                found.push((unsafe { instance.handle() }, info));
+            }
+        }
+    }
+    found
 }
 
 /// The MIG instances of a GPU in MIG mode, by their index on it; `None` when the GPU is not
