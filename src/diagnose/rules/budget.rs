@@ -6,8 +6,8 @@ use opentelemetry::KeyValue;
 
 use super::{span_label, Attributes, Counter, Detail, FindingKind, Setup, SpanRule};
 use crate::diagnose::{Findings, Highest, Limits};
-use crate::names::{attribute as attr, event};
 use crate::figures::device_attributes;
+use crate::names::{attribute as attr, event};
 use crate::record::SpanRecord;
 use crate::util::bytes;
 
