@@ -131,8 +131,8 @@ fn every_instance_of_a_gpu_in_mig_mode_gets_its_own_figures_and_the_parent_none(
 }
 
 /// Steps at batch sizes 8, 16 and 40 on MIG instance 2 alone, each rising from 4 GiB by
-/// 128 MiB a sample: 5, 6 and 9 GiB. Exported to the receiver, or with `run_dir`, only
-/// there.
+/// 128 MiB a sample: 5, 6 and 9 GiB; a span over a budget fails. Exported to the receiver,
+/// or with `run_dir`, only there.
 fn steps_on_instance_two(
     budget: Option<MemoryBudget>,
     run_dir: Option<&Path>,
@@ -156,7 +156,7 @@ fn steps_on_instance_two(
             .metrics_exporter(Exporter::None);
     }
     let builder = match budget {
-        Some(budget) => builder.memory_budget(budget),
+        Some(budget) => builder.memory_budget(budget).memory_budget_error(true),
         None => builder,
     };
     let telemetry = build(&fake, Some(&scope), builder);
@@ -234,6 +234,10 @@ fn a_budget_and_the_batch_size_fit_use_the_instances_memory_not_the_gpus() {
     assert_eq!(event.int_attr("gpu.mig.index"), Some(2));
     assert_eq!(event.int_attr("gpu.memory.budget"), Some((8 * GIB) as i64));
     assert_eq!(event.int_attr("gpu.memory.peak"), Some((9 * GIB) as i64));
+    assert_eq!(
+        step.status_message,
+        "memory budget exceeded: peak 9.0 GiB over the budget of 8.0 GiB on gpu 0.mig2"
+    );
 
     let fit = fit.expect("three batch sizes give a fit");
     assert_eq!(fit.fixed_bytes, (4 * GIB) as i64);

@@ -8,7 +8,7 @@ use super::{span_label, Attributes, Counter, Detail, FindingKind, Setup, SpanRul
 use crate::diagnose::{Findings, Highest, Limits};
 use crate::figures::device_attributes;
 use crate::names::{attribute as attr, event};
-use crate::record::SpanRecord;
+use crate::record::{GpuId, SpanRecord};
 use crate::util::bytes;
 
 /// The kind of finding: a span whose peak went over the memory budget.
@@ -51,14 +51,15 @@ impl FindingKind for BudgetExceeded {
 }
 
 /// The event's device, peak and budget, as the warning and the error status write them.
-fn figures(event: &dyn Attributes) -> (String, String, String) {
+fn figures(event: &dyn Attributes) -> (GpuId, String, String) {
     let figure = |key| bytes::human(event.int(key).unwrap_or_default());
-    let index = event.int(attr::GPU_INDEX).unwrap_or_default();
+    let number = |key| event.int(key).and_then(|v| u32::try_from(v).ok());
+    let device = GpuId {
+        index: number(attr::GPU_INDEX).unwrap_or_default(),
+        mig: number(attr::GPU_MIG_INDEX),
+    };
     (
-        match event.int(attr::GPU_MIG_INDEX) {
-            Some(mig) => format!("{index}.mig{mig}"),
-            None => index.to_string(),
-        },
+        device,
         figure(attr::GPU_MEMORY_PEAK),
         figure(attr::GPU_MEMORY_BUDGET),
     )
