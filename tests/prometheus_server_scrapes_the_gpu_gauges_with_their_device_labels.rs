@@ -4,39 +4,14 @@
 
 use gpuspan_test_support as support;
 
-use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use gpuspan::{Exporter, Telemetry};
 use serde_json::Value;
-use support::http::{encode, get};
+use support::prometheus_server::{value, Prometheus};
 use support::scripted::scripted;
-use support::servers::{free_port, tools, Server};
 
 const MB: u64 = 1 << 20;
-
-/// The result vector of an instant query, once it has `want` series.
-fn query(prometheus: SocketAddr, promql: &str, want: usize) -> Option<Vec<Value>> {
-    let response = get(
-        prometheus,
-        &format!("/api/v1/query?query={}", encode(promql)),
-    )
-    .ok()?;
-    if response.status != 200 {
-        return None;
-    }
-    let body = response.json();
-    let series = body["data"]["result"].as_array()?.clone();
-    (series.len() >= want).then_some(series)
-}
-
-fn value(series: &Value) -> f64 {
-    series["value"][1]
-        .as_str()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no value in {series}"))
-}
 
 fn for_device<'a>(series: &'a [Value], uuid: &str) -> &'a Value {
     series
@@ -47,8 +22,6 @@ fn for_device<'a>(series: &'a [Value], uuid: &str) -> &'a Value {
 
 #[test]
 fn usage_limit_and_the_peak_between_scrapes_reach_prometheus() {
-    let tools = tools();
-
     // Two devices; device 1 spikes to 900 MB and falls back before the first scrape.
     let (source, script) = scripted(2, 300 * MB);
     let builder = Telemetry::builder()
@@ -69,35 +42,11 @@ fn usage_limit_and_the_peak_between_scrapes_reach_prometheus() {
     let target = telemetry.prometheus_addr().expect("the endpoint is up");
 
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n\
-             scrape_configs:\n  - job_name: gpuspan\n    static_configs:\n      - targets: ['{target}']\n"
-        ),
-    )
-    .unwrap();
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut command = Command::new(&tools.prometheus);
-    command
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address={addr}"))
-        .current_dir(dir.path());
-    let mut prometheus = Server::start("prometheus", command, &dir.path().join("prometheus.log"));
-    prometheus.wait_for("200 from /-/ready", Duration::from_secs(60), |_| {
-        get(addr, "/-/ready").ok().filter(|r| r.status == 200)
-    });
-
-    let usage = prometheus.wait_for(
+    let mut prometheus = Prometheus::scraping(target, Duration::from_secs(2), &[], dir.path());
+    let usage = prometheus.wait_for_series(
         "hw_gpu_memory_usage_bytes series for both devices",
-        Duration::from_secs(60),
-        |_| query(addr, "hw_gpu_memory_usage_bytes", 2),
+        "hw_gpu_memory_usage_bytes",
+        2,
     );
     assert_eq!(usage.len(), 2, "{usage:?}");
     for (index, used) in [(0, 300 * MB), (1, 200 * MB)] {
@@ -110,25 +59,27 @@ fn usage_limit_and_the_peak_between_scrapes_reach_prometheus() {
         assert_eq!(value(series), used as f64, "{series}");
     }
 
-    let limit = query(addr, "hw_gpu_memory_limit_bytes", 2).expect("the limit is stored");
+    let limit = prometheus
+        .query("hw_gpu_memory_limit_bytes", 2)
+        .expect("the limit is stored");
     for series in &limit {
         assert_eq!(value(series), (80u64 << 30) as f64, "{series}");
     }
 
     // The first scrape's window held the spike: the peak series has it, the usage never did.
-    let peak = query(
-        addr,
-        "max_over_time(gpu_memory_peak_bytes{hw_id=\"GPU-scripted-1\"}[10m])",
-        1,
-    )
-    .expect("gpu_memory_peak_bytes is stored");
+    let peak = prometheus
+        .query(
+            "max_over_time(gpu_memory_peak_bytes{hw_id=\"GPU-scripted-1\"}[10m])",
+            1,
+        )
+        .expect("gpu_memory_peak_bytes is stored");
     assert_eq!(value(&peak[0]), (900 * MB) as f64, "{peak:?}");
-    let usage_max = query(
-        addr,
-        "max_over_time(hw_gpu_memory_usage_bytes{hw_id=\"GPU-scripted-1\"}[10m])",
-        1,
-    )
-    .expect("usage is stored");
+    let usage_max = prometheus
+        .query(
+            "max_over_time(hw_gpu_memory_usage_bytes{hw_id=\"GPU-scripted-1\"}[10m])",
+            1,
+        )
+        .expect("usage is stored");
     assert_eq!(value(&usage_max[0]), (200 * MB) as f64, "{usage_max:?}");
 
     drop(prometheus);

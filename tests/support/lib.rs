@@ -13,6 +13,7 @@ pub mod http;
 pub mod jaeger_api;
 pub mod mlflow;
 pub mod pictures;
+pub mod prometheus_server;
 pub mod prometheus_text;
 pub mod python_otel;
 pub mod raw_http;

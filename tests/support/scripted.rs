@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gpuspan::{Device, DeviceReading, MemorySource};
+use gpuspan::{Device, DeviceReading, GpuId, MemorySource};
 
 #[derive(Default)]
 struct State {
@@ -34,17 +34,28 @@ pub struct Script {
 
 /// A source with `devices` devices, all reporting `used` bytes, and its controller.
 pub fn scripted(devices: u32, used: u64) -> (ScriptedSource, Script) {
+    let ids: Vec<GpuId> = (0..devices).map(GpuId::gpu).collect();
+    scripted_ids(&ids, used)
+}
+
+/// A source with one device per id (whole GPUs or MIG instances), all reporting `used`
+/// bytes, and its controller. Device `i` of the script is `ids[i]`.
+pub fn scripted_ids(ids: &[GpuId], used: u64) -> (ScriptedSource, Script) {
     let state = Arc::new(Mutex::new(State {
-        used: vec![used; devices as usize],
+        used: vec![used; ids.len()],
         total: 80 << 30,
         ..State::default()
     }));
     let reads = Arc::new(AtomicU64::new(0));
-    let devices = (0..devices)
-        .map(|index| Device {
-            index,
-            mig: None,
-            uuid: format!("GPU-scripted-{index}"),
+    let devices = ids
+        .iter()
+        .map(|id| Device {
+            index: id.index,
+            mig: id.mig,
+            uuid: match id.mig {
+                None => format!("GPU-scripted-{id}"),
+                Some(_) => format!("MIG-scripted-{id}"),
+            },
             name: "Scripted GPU".into(),
             vendor: "NVIDIA".into(),
         })
