@@ -117,6 +117,40 @@ fn on_a_mig_instance_the_allocation_is_in_that_instances_figures() {
     );
 }
 
+/// CUDA numbers only the devices `CUDA_VISIBLE_DEVICES` names, in its order: CUDA's device 0
+/// is GPU 2 here. selftest pairs CUDA's devices with NVML's by UUID, so each allocation is
+/// checked on the GPU that holds it.
+#[test]
+fn cuda_numbering_its_visible_devices_its_own_way_changes_nothing() {
+    let fake = FakeNvml::build();
+    let dir = cuda_dir(&fake);
+    let out = selftest(
+        &fake,
+        dir.path(),
+        &["--mib", "100"],
+        &[
+            ("FAKE_NVML_DEVICES", "3"),
+            ("FAKE_CUDA_CONTEXT_MIB", "480"),
+            ("CUDA_VISIBLE_DEVICES", "2,0"),
+        ],
+    );
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
+    assert!(
+        table.starts_with("gpuspan selftest: 2 of 2 device(s) reached through CUDA"),
+        "{table}"
+    );
+    let mut rows: Vec<String> = lines(&table)[2..4].to_vec();
+    rows.sort();
+    for (row, gpu) in rows.iter().zip([0, 2]) {
+        assert_eq!(
+            *row,
+            format!("{gpu} NVIDIA H200 (fake) 480 MiB 100 MiB 100 MiB 100 MiB 100 MiB ok"),
+            "{table}"
+        );
+    }
+}
+
 #[test]
 fn a_device_whose_memory_never_moves_fails_the_check() {
     let fake = FakeNvml::build();

@@ -1612,8 +1612,11 @@ FAKE_EXPORT unsigned long long fake_nvml_current_used(unsigned int dev) {
  * process's entry in its compute process list, as on a real GPU, and freeing
  * lowers them again. Allocations are rounded up to 2 MiB, as the driver's are.
  * CUDA's devices are the GPUs, in order, each GPU in MIG mode replaced by its
- * MIG instances (as a CUDA that could see them all would number them); a
- * CUdevice is the device slot.
+ * MIG instances; a CUdevice is the device slot. CUDA_VISIBLE_DEVICES, read at
+ * cuInit, narrows and orders them as CUDA does: a comma-separated list of GPU
+ * indexes, GPU-... or MIG-... UUIDs (or unique prefixes of them), in the order
+ * given; a GPU in MIG mode stands for its instances; the list ends at the first
+ * entry that names no device, and an empty one hides every device.
  *
  *      FAKE_CUDA_CONTEXT_MIB   what a primary context takes (default 500)
  *      FAKE_CUDA_FAIL_ALLOC    1: every allocation fails with out of memory
@@ -1685,16 +1688,85 @@ static void hold_locked(unsigned int dev, unsigned long long bytes, int add) {
     account_locked(d);
 }
 
+/* CUDA_VISIBLE_DEVICES as cuInit read it; g_cuda_visible_set is 0 when unset. */
+static char g_cuda_visible[1024];
+static int g_cuda_visible_set;
+
+/* Appends slot to the n slots unless it is there already; returns the count. */
+static unsigned int add_slot(unsigned int *slots, unsigned int n, unsigned int slot) {
+    for (unsigned int i = 0; i < n; i++) {
+        if (slots[i] == slot) {
+            return n;
+        }
+    }
+    slots[n] = slot;
+    return n + 1;
+}
+
+/* Appends gpu's CUDA devices (the GPU, or its MIG instances) as add_slot does. */
+static unsigned int add_gpu_locked(unsigned int *slots, unsigned int n, unsigned int gpu) {
+    if (!g_devices[gpu].mig_mode) {
+        return add_slot(slots, n, gpu);
+    }
+    for (unsigned int m = 0; m < g_devices[gpu].mig_count; m++) {
+        n = add_slot(slots, n, mig_slot(gpu, m));
+    }
+    return n;
+}
+
+/* The slot whose UUID starts with the len bytes of prefix: among the GPUs for
+ * "GPU-", among their MIG instances for "MIG-"; -1 when none. */
+static int slot_by_uuid_locked(const char *prefix, size_t len) {
+    int mig = strncmp(prefix, "MIG-", 4) == 0;
+    for (unsigned int gpu = 0; gpu < g_device_count; gpu++) {
+        unsigned int count = mig ? (g_devices[gpu].mig_mode ? g_devices[gpu].mig_count : 0) : 1;
+        for (unsigned int m = 0; m < count; m++) {
+            unsigned int slot = mig ? mig_slot(gpu, m) : gpu;
+            if (strncmp(g_devices[slot].uuid, prefix, len) == 0) {
+                return (int)slot;
+            }
+        }
+    }
+    return -1;
+}
+
 /* CUDA's devices in order, as device slots; returns how many. */
 static unsigned int cuda_devices_locked(unsigned int *slots) {
     unsigned int n = 0;
-    for (unsigned int gpu = 0; gpu < g_device_count; gpu++) {
-        if (!g_devices[gpu].mig_mode) {
-            slots[n++] = gpu;
-            continue;
+    if (!g_cuda_visible_set) {
+        for (unsigned int gpu = 0; gpu < g_device_count; gpu++) {
+            n = add_gpu_locked(slots, n, gpu);
         }
-        for (unsigned int m = 0; m < g_devices[gpu].mig_count; m++) {
-            slots[n++] = mig_slot(gpu, m);
+        return n;
+    }
+    const char *entry = g_cuda_visible;
+    while (*entry != '\0') {
+        size_t len = strcspn(entry, ",");
+        while (len > 0 && entry[0] == ' ') {
+            entry++;
+            len--;
+        }
+        while (len > 0 && entry[len - 1] == ' ') {
+            len--;
+        }
+        if (len > 4 && (strncmp(entry, "GPU-", 4) == 0 || strncmp(entry, "MIG-", 4) == 0)) {
+            int slot = slot_by_uuid_locked(entry, len);
+            if (slot < 0) {
+                break;
+            }
+            n = (unsigned int)slot < g_device_count ? add_gpu_locked(slots, n, (unsigned int)slot)
+                                                     : add_slot(slots, n, (unsigned int)slot);
+        } else {
+            char *end = NULL;
+            unsigned long gpu = strtoul(entry, &end, 10);
+            if (len == 0 || end != entry + len || gpu >= g_device_count) {
+                break;
+            }
+            n = add_gpu_locked(slots, n, (unsigned int)gpu);
+        }
+        entry += strcspn(entry, ",");
+        if (*entry == ',') {
+            entry++;
         }
     }
     return n;
@@ -1739,6 +1811,11 @@ FAKE_EXPORT CUresult cuInit(unsigned int flags) {
     lock_state();
     if (!g_env_applied && !g_controlled) {
         apply_env_locked();
+    }
+    if (!g_cuda_initialized) {
+        const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+        g_cuda_visible_set = visible != NULL;
+        copy_str(g_cuda_visible, sizeof(g_cuda_visible), visible != NULL ? visible : "");
     }
     g_cuda_initialized = 1;
     unlock_state();
