@@ -1,7 +1,8 @@
 //! Where the driver keeps per-process accounting, the end of a run holds the peak gpuspan's
 //! process lists saw against the driver's own `maxMemoryUsage` and prints the gap; the run
 //! directory keeps both, and `gpuspan report` says it again. Where accounting is off, one
-//! line says how to turn it on; where the driver has none, nothing is said.
+//! line says how to turn it on; where the driver has none, nothing is said, as on a MIG
+//! instance, where NVML keeps accounting off with no way to turn it on.
 #![cfg(feature = "cli")]
 
 use gpuspan_test_support as support;
@@ -10,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use support::example::run_train;
-use support::fake_nvml::FakeNvml;
+use support::fake_nvml::{mig_uuid_of, FakeNvml};
 
 const MIB: u64 = 1 << 20;
 
@@ -149,6 +150,40 @@ fn a_driver_without_accounting_adds_no_line() {
     .unwrap();
     assert_eq!(
         figures["driver_check"][0]["driver"], "unsupported",
+        "{figures}"
+    );
+}
+
+#[test]
+fn on_a_mig_instance_no_line_says_to_turn_accounting_on() {
+    let fake = FakeNvml::build();
+    let root = tempfile::tempdir().unwrap();
+    let slot = fake.mig_slot(0, 1).to_string();
+    let process = format!("3000:{slot}");
+    let instance = mig_uuid_of(0, 1);
+    let out = train(
+        &fake,
+        root.path(),
+        &[
+            ("FAKE_NVML_MIG", "0:2"),
+            ("FAKE_NVML_PROCESS_MIB", &process),
+            ("FAKE_NVML_ACCOUNTING", "1"),
+            ("CUDA_VISIBLE_DEVICES", &instance),
+        ],
+    );
+    let notes = stderr(&out);
+    assert!(!notes.contains("accounting"), "{notes}");
+    let figures: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.path().join("r1").join("sampler.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        figures["driver_check"],
+        serde_json::json!([{
+            "device": "0.mig1",
+            "listed_peak": 3000 * MIB,
+            "driver": "unsupported",
+        }]),
         "{figures}"
     );
 }

@@ -70,7 +70,11 @@ impl NvmlSource {
         let n = devices.len();
         let nvml = Arc::new(nvml);
         Ok(Self {
-            processes: Some(NvmlProcesses::new(Arc::clone(&nvml), handles.clone())),
+            processes: Some(NvmlProcesses::new(
+                Arc::clone(&nvml),
+                handles.clone(),
+                devices.iter().map(|d| d.mig.is_none()).collect(),
+            )),
             nvml,
             handles,
             devices,
@@ -160,6 +164,10 @@ pub(crate) struct NvmlProcesses {
     pid: u32,
     /// Per device: `false` once the driver said it cannot list processes.
     supported: Vec<bool>,
+    /// Per device: whether the driver can keep accounting for it. Not for a MIG instance:
+    /// NVML keeps accounting off on a GPU in MIG mode and refuses to turn it on, so saying
+    /// how to turn it on would mislead.
+    accountable: Vec<bool>,
     /// Every process's memory, kept only when asked for, from each device's latest list
     /// (`None`: that list was incomplete).
     all: Option<(ProcessTable, Vec<Option<DeviceList>>)>,
@@ -172,9 +180,14 @@ type DeviceList = Vec<(u32, u64)>;
 unsafe impl Send for NvmlProcesses {}
 
 impl NvmlProcesses {
-    fn new(nvml: Arc<Nvml>, handles: Vec<nvml_wrapper_sys::bindings::nvmlDevice_t>) -> Self {
+    fn new(
+        nvml: Arc<Nvml>,
+        handles: Vec<nvml_wrapper_sys::bindings::nvmlDevice_t>,
+        accountable: Vec<bool>,
+    ) -> Self {
         Self {
             supported: vec![true; handles.len()],
+            accountable,
             nvml,
             handles,
             pid: std::process::id(),
@@ -251,6 +264,9 @@ impl ProcessLister for NvmlProcesses {
         let Some(&handle) = self.handles.get(position) else {
             return DriverPeak::Unsupported;
         };
+        if !self.accountable.get(position).copied().unwrap_or(false) {
+            return DriverPeak::Unsupported;
+        }
         // SAFETY: the handle came from `self.nvml`, which outlives this borrow.
         let device = unsafe { NvmlDevice::new(handle, &self.nvml) };
         match device.is_accounting_enabled() {

@@ -18,8 +18,9 @@
  *      FAKE_NVML_USED_MIB      used memory per device (default 1024)
  *      FAKE_NVML_TIMELINE      file with lines "at_ms device used_bytes";
  *                              its clock starts at that nvmlInit
- *      FAKE_NVML_PROCESS_MIB   device 0 reports one compute process,
- *                              pid getpid(), using that many MiB
+ *      FAKE_NVML_PROCESS_MIB   mib[:device]: that device (default 0) reports
+ *                              one compute process, pid getpid(), using
+ *                              that many MiB
  *      FAKE_NVML_FAIL          name:code[:device][,name:code[:device]...]
  *      FAKE_NVML_FOLLOW_RSS    1: device 0 used = FAKE_NVML_USED_MIB plus
  *                              the resident set size of the calling process
@@ -60,6 +61,8 @@
  * every allocation, the fake only the values it was given:
  * fake_nvml_set_accounted_peak scripts the driver's figure directly. With
  * accounting off, the stats call fails with NOT_SUPPORTED, as NVML's does.
+ * A GPU in MIG mode and its instances keep none: NVML documents accounting as
+ * disabled in MIG mode, with no way to turn it on.
  *
  * MIG: a GPU in MIG mode lists its instances through
  * nvmlDeviceGetMigDeviceHandleByIndex. Instance m of GPU g is the device slot
@@ -752,10 +755,13 @@ static void apply_env_locked(void) {
         }
     }
     if (env_ull("FAKE_NVML_PROCESS_MIB", &x)) {
-        g_devices[0].compute[0].pid = (unsigned int)getpid();
-        g_devices[0].compute[0].used = x * FAKE_MIB;
-        g_devices[0].compute_count = 1;
-        account_locked(&g_devices[0]);
+        const char *slot_text = strchr(getenv("FAKE_NVML_PROCESS_MIB"), ':');
+        unsigned long slot = slot_text != NULL ? strtoul(slot_text + 1, NULL, 10) : 0;
+        struct nvmlDevice_st *d = &g_devices[slot < FAKE_SLOTS ? slot : 0];
+        d->compute[0].pid = (unsigned int)getpid();
+        d->compute[0].used = x * FAKE_MIB;
+        d->compute_count = 1;
+        account_locked(d);
     }
     s = getenv("FAKE_NVML_ACCOUNTING");
     if (s != NULL && strcmp(s, "1") == 0) {
@@ -1151,13 +1157,19 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvml
     return rc;
 }
 
+/* Whether d keeps accounting: as NVML, never on a GPU in MIG mode or its
+ * instances, whatever was asked. */
+static int accounting_locked(const struct nvmlDevice_st *d) {
+    return d->accounting && !d->mig_mode && d < &g_devices[FAKE_MAX_DEVICES];
+}
+
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, int *mode) {
     struct nvmlDevice_st *d = NULL;
     int rc = enter_device(F_nvmlDeviceGetAccountingMode, device, mode, &d);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    *mode = d->accounting; /* NVML_FEATURE_ENABLED is 1, DISABLED 0 */
+    *mode = accounting_locked(d); /* NVML_FEATURE_ENABLED is 1, DISABLED 0 */
     unlock_state();
     return rc;
 }
@@ -1175,7 +1187,7 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsig
             found = &d->accounted[i];
         }
     }
-    if (!d->accounting) {
+    if (!accounting_locked(d)) {
         rc = NVML_ERROR_NOT_SUPPORTED;
     } else if (found == NULL) {
         rc = NVML_ERROR_NOT_FOUND;
