@@ -8,28 +8,19 @@
 use gpuspan_test_support as support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use support::example::clean_command;
 use support::fake_nvml::{mig_uuid_of, FakeNvml};
 
 /// `gpuspan selftest` with `args`, the fake as NVML and, through `lib_dir`, as libcuda.
 fn selftest(fake: &FakeNvml, lib_dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gpuspan"));
-    command.arg("selftest").args(args);
-    for (key, _) in std::env::vars() {
-        if (key.starts_with("GPUSPAN_") && key != support::fake_nvml::LATENCY_VAR)
-            || key.starts_with("FAKE_")
-            || key.starts_with("OTEL_")
-            || key == "CUDA_VISIBLE_DEVICES"
-        {
-            command.env_remove(key);
-        }
-    }
-    command
+    let args: Vec<&str> = ["selftest"].iter().chain(args).copied().collect();
+    clean_command(env!("CARGO_BIN_EXE_gpuspan"), &args, envs)
         .env("GPUSPAN_NVML_LIB", fake.path())
         .env("LD_LIBRARY_PATH", lib_dir)
-        .envs(envs.iter().copied());
-    command.output().expect("gpuspan runs")
+        .output()
+        .expect("gpuspan runs")
 }
 
 /// A directory where `libcuda.so` is the fake: the same file, so one state.

@@ -37,7 +37,7 @@ pub fn train_command(args: &[&str], envs: &[(&str, &str)]) -> Command {
     clean_command(train_binary(), args, envs)
 }
 
-/// `program` with `args`, as a user would start it: every gpuspan, OTel, fake-NVML and
+/// `program` with `args`, as a user would start it: every gpuspan, OTel, fake-driver and
 /// CUDA variable of the test process cleared (the fake's latency switch kept), then
 /// `envs` set.
 pub fn clean_command(
@@ -50,7 +50,7 @@ pub fn clean_command(
     for (key, _) in std::env::vars() {
         if key.starts_with("OTEL_")
             || (key.starts_with("GPUSPAN_") && key != crate::fake_nvml::LATENCY_VAR)
-            || key.starts_with("FAKE_NVML_")
+            || key.starts_with("FAKE_")
             || key == "CUDA_VISIBLE_DEVICES"
         {
             command.env_remove(key);
