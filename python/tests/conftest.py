@@ -35,12 +35,12 @@ def fake_nvml(tmp_path_factory):
 
 
 def clean_env(**extra):
-    """The test process's environment without any OTEL_*, GPUSPAN_* or FAKE_NVML_*
-    variable, plus `extra`."""
+    """The test process's environment without any OTEL_*, GPUSPAN_*, fake-driver
+    (FAKE_*) or CUDA_VISIBLE_DEVICES variable, plus `extra`."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("OTEL_", "GPUSPAN_", "FAKE_NVML_", "CUDA_VISIBLE"))
+        if not k.startswith(("OTEL_", "GPUSPAN_", "FAKE_", "CUDA_VISIBLE"))
     }
     env.update({k: str(v) for k, v in extra.items()})
     return env
