@@ -30,6 +30,16 @@ fn cuda_dir(fake: &FakeNvml) -> tempfile::TempDir {
     dir
 }
 
+/// The table of a `gpuspan selftest --mib <mib>` on the fake pair that must pass.
+fn passing_table(mib: &str, envs: &[(&str, &str)]) -> String {
+    let fake = FakeNvml::build();
+    let dir = cuda_dir(&fake);
+    let out = selftest(&fake, dir.path(), &["--mib", mib], envs);
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
+    table
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -44,16 +54,10 @@ fn lines(table: &str) -> Vec<String> {
 
 #[test]
 fn every_allocation_is_in_the_held_and_spike_peaks_and_this_process_figures() {
-    let fake = FakeNvml::build();
-    let dir = cuda_dir(&fake);
-    let out = selftest(
-        &fake,
-        dir.path(),
-        &["--mib", "300"],
+    let table = passing_table(
+        "300",
         &[("FAKE_NVML_DEVICES", "2"), ("FAKE_CUDA_CONTEXT_MIB", "480")],
     );
-    let table = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
     assert!(
         table.starts_with(
             "gpuspan selftest: 2 of 2 device(s) reached through CUDA, 300 MiB allocated on \
@@ -81,13 +85,9 @@ fn every_allocation_is_in_the_held_and_spike_peaks_and_this_process_figures() {
 
 #[test]
 fn on_a_mig_instance_the_allocation_is_in_that_instances_figures() {
-    let fake = FakeNvml::build();
-    let dir = cuda_dir(&fake);
     let instance = mig_uuid_of(0, 1);
-    let out = selftest(
-        &fake,
-        dir.path(),
-        &["--mib", "300"],
+    let table = passing_table(
+        "300",
         &[
             ("FAKE_NVML_DEVICES", "1"),
             ("FAKE_NVML_MIG", "0:2:16384"),
@@ -95,8 +95,6 @@ fn on_a_mig_instance_the_allocation_is_in_that_instances_figures() {
             ("CUDA_VISIBLE_DEVICES", &instance),
         ],
     );
-    let table = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
     assert!(
         table.starts_with("gpuspan selftest: 1 of 1 device(s) reached through CUDA"),
         "{table}"
@@ -113,20 +111,14 @@ fn on_a_mig_instance_the_allocation_is_in_that_instances_figures() {
 /// checked on the GPU that holds it.
 #[test]
 fn cuda_numbering_its_visible_devices_its_own_way_changes_nothing() {
-    let fake = FakeNvml::build();
-    let dir = cuda_dir(&fake);
-    let out = selftest(
-        &fake,
-        dir.path(),
-        &["--mib", "100"],
+    let table = passing_table(
+        "100",
         &[
             ("FAKE_NVML_DEVICES", "3"),
             ("FAKE_CUDA_CONTEXT_MIB", "480"),
             ("CUDA_VISIBLE_DEVICES", "2,0"),
         ],
     );
-    let table = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
     assert!(
         table.starts_with("gpuspan selftest: 2 of 2 device(s) reached through CUDA"),
         "{table}"

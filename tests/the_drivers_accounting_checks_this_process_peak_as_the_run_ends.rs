@@ -41,6 +41,13 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The run's `sampler.json` (run directory `root/r1`), where the driver check is kept.
+fn sampler_figures(root: &Path) -> serde_json::Value {
+    let path = root.join("r1").join("sampler.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
 #[test]
 fn a_peak_the_lists_missed_is_printed_kept_and_reported_with_its_gap() {
     let fake = FakeNvml::build();
@@ -70,8 +77,7 @@ fn a_peak_the_lists_missed_is_printed_kept_and_reported_with_its_gap() {
     assert!(line.ends_with(gap), "{line}");
 
     let run = root.path().join("r1");
-    let figures: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("sampler.json")).unwrap()).unwrap();
+    let figures = sampler_figures(root.path());
     assert_eq!(
         figures["driver_check"],
         serde_json::json!([{
@@ -126,10 +132,7 @@ fn accounting_off_says_in_one_line_how_to_turn_it_on() {
         ],
         "{notes}"
     );
-    let figures: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(root.path().join("r1").join("sampler.json")).unwrap(),
-    )
-    .unwrap();
+    let figures = sampler_figures(root.path());
     assert_eq!(figures["driver_check"][0]["driver"], "off", "{figures}");
 }
 
@@ -144,10 +147,7 @@ fn a_driver_without_accounting_adds_no_line() {
     );
     let notes = stderr(&out);
     assert!(!notes.contains("accounting"), "{notes}");
-    let figures: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(root.path().join("r1").join("sampler.json")).unwrap(),
-    )
-    .unwrap();
+    let figures = sampler_figures(root.path());
     assert_eq!(
         figures["driver_check"][0]["driver"], "unsupported",
         "{figures}"
@@ -173,10 +173,7 @@ fn on_a_mig_instance_no_line_says_to_turn_accounting_on() {
     );
     let notes = stderr(&out);
     assert!(!notes.contains("accounting"), "{notes}");
-    let figures: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(root.path().join("r1").join("sampler.json")).unwrap(),
-    )
-    .unwrap();
+    let figures = sampler_figures(root.path());
     assert_eq!(
         figures["driver_check"],
         serde_json::json!([{
