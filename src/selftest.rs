@@ -144,10 +144,7 @@ pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestE
     let mut tested = Vec::new();
     for ordinal in 0..count {
         let device = cuda("open a device", result::device::get(ordinal))?;
-        let uuid = uuid_string(&cuda(
-            "read a device's UUID",
-            result::device::get_uuid(device),
-        )?);
+        let uuid = uuid_string(&cuda("read a device's UUID", device_uuid(device))?);
         let Some(position) = devices
             .iter()
             .position(|d| uuid_body(&d.device.uuid) == uuid)
@@ -219,6 +216,26 @@ pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestE
         stats.as_ref(),
         options,
     ))
+}
+
+/// The UUID of CUDA's device `device`: a MIG instance's own, as NVML spells it.
+///
+/// `cuDeviceGetUuid` (what cudarc's `get_uuid` calls) answers a MIG instance with the UUID
+/// of the GPU that holds it; `cuDeviceGetUuid_v2` (CUDA 11.4 on) with the instance's own.
+/// A driver older than that has no MIG instances as CUDA devices, so the first serves.
+fn device_uuid(device: sys::CUdevice) -> Result<sys::CUuuid, DriverError> {
+    type GetUuid = unsafe extern "C" fn(*mut sys::CUuuid, sys::CUdevice) -> sys::CUresult;
+    // SAFETY: the library is loaded (cuInit ran); looking a symbol up calls nothing.
+    let has_v2 = unsafe { sys::culib().get::<GetUuid>(b"cuDeviceGetUuid_v2\0") }.is_ok();
+    if !has_v2 {
+        return result::device::get_uuid(device);
+    }
+    let mut uuid = std::mem::MaybeUninit::<sys::CUuuid>::uninit();
+    // SAFETY: the driver writes the 16 bytes of a device it gave us; read only on success.
+    unsafe {
+        sys::cuDeviceGetUuid_v2(uuid.as_mut_ptr(), device).result()?;
+        Ok(uuid.assume_init())
+    }
 }
 
 /// NVML's UUID of a device (`GPU-...`) or MIG instance (`MIG-...`) without its prefix, as

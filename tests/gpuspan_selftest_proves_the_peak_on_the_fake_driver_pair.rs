@@ -83,6 +83,8 @@ fn every_allocation_is_in_the_held_and_spike_peaks_and_this_process_figures() {
     assert!(table.contains("the sampler kept "), "{table}");
 }
 
+/// CUDA's first UUID call answers an instance with its GPU's UUID, as the real driver's
+/// does (the fake's too): selftest must pair the instance by its own.
 #[test]
 fn on_a_mig_instance_the_allocation_is_in_that_instances_figures() {
     let instance = mig_uuid_of(0, 1);

@@ -1629,6 +1629,8 @@ FAKE_EXPORT unsigned long long fake_nvml_current_used(unsigned int dev) {
  * indexes, GPU-... or MIG-... UUIDs (or unique prefixes of them), in the order
  * given; a GPU in MIG mode stands for its instances; the list ends at the first
  * entry that names no device, and an empty one hides every device.
+ * cuDeviceGetUuid answers a MIG instance with its GPU's UUID, as the real one
+ * does; cuDeviceGetUuid_v2 with the instance's own.
  *
  *      FAKE_CUDA_CONTEXT_MIB   what a primary context takes (default 500)
  *      FAKE_CUDA_FAIL_ALLOC    1: every allocation fails with out of memory
@@ -1876,29 +1878,41 @@ FAKE_EXPORT CUresult cuDeviceGetName(char *name, int length, CUdevice dev) {
     return rc;
 }
 
-/* The 16 bytes NVML's "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (or MIG-...) spells in hex. */
+/* The 16 bytes a "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (or MIG-...) UUID spells in hex. */
+static void uuid_bytes(CUuuid *uuid, const char *text) {
+    const char *hex = text + 4;
+    unsigned int n = 0;
+    memset(uuid->bytes, 0, sizeof(uuid->bytes));
+    while (*hex != '\0' && n < 32) {
+        char c = *hex++;
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) {
+            continue;
+        }
+        uuid->bytes[n / 2] = (char)(uuid->bytes[n / 2] | (v << (n % 2 == 0 ? 4 : 0)));
+        n++;
+    }
+}
+
+/* As NVIDIA documents it: on a MIG instance, the UUID of the GPU that holds it. */
 FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
     CUresult rc = cuda_enter(dev, uuid);
     if (rc == CUDA_SUCCESS) {
-        const char *hex = g_devices[dev].uuid + 4;
-        unsigned int n = 0;
-        memset(uuid->bytes, 0, sizeof(uuid->bytes));
-        while (*hex != '\0' && n < 32) {
-            char c = *hex++;
-            int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-            if (v < 0) {
-                continue;
-            }
-            uuid->bytes[n / 2] = (char)(uuid->bytes[n / 2] | (v << (n % 2 == 0 ? 4 : 0)));
-            n++;
-        }
+        const struct nvmlDevice_st *d = &g_devices[dev];
+        uuid_bytes(uuid, d->is_mig ? g_devices[d->index].uuid : d->uuid);
     }
     unlock_state();
     return rc;
 }
 
+/* The device's own UUID, a MIG instance's included (the same as NVML's). */
 FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
-    return cuDeviceGetUuid(uuid, dev);
+    CUresult rc = cuda_enter(dev, uuid);
+    if (rc == CUDA_SUCCESS) {
+        uuid_bytes(uuid, g_devices[dev].uuid);
+    }
+    unlock_state();
+    return rc;
 }
 
 FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
