@@ -7,8 +7,8 @@ to the steps that train ``model`` (``GPUSPAN_TORCH_PHASES=1`` does it for every 
 ``model_bytes(optimizer)`` gives the three figures gpuspan puts on every step span of a
 PyTorch program under ``gpuspan run``: ``ml.params.bytes`` (the parameters the optimizer
 updates), ``ml.grads.bytes`` (their gradients) and ``ml.optimizer_state.bytes`` (Adam's
-moments, momentum buffers, ...). They are exact: the sum of each tensor's ``numel() *
-element_size()``, each storage counted once.
+moments, momentum buffers, ...). Each is the memory its tensors hold, every byte counted
+once however many tensors view it (see :func:`model_bytes`).
 """
 
 from ._native import names
@@ -29,35 +29,117 @@ def phases(model, optimizer):
     return attach(model, optimizer)
 
 
-def _tensor_bytes(tensor, seen):
-    """A tensor's bytes, unless a tensor sharing its storage was counted already."""
-    try:
-        key = (tensor.untyped_storage().data_ptr(), tensor.device)
-    except (AttributeError, RuntimeError):
-        key = id(tensor)
-    if key in seen:
-        return 0
-    seen.add(key)
-    return tensor.numel() * tensor.element_size()
-
-
 def model_bytes(optimizer):
     """``{"ml.params.bytes": ..., "ml.grads.bytes": ..., "ml.optimizer_state.bytes": ...}``
-    for the parameters ``optimizer`` updates, read from the tensors now."""
+    for the parameters ``optimizer`` updates, read from the tensors now.
+
+    Each figure is the number of distinct bytes of memory its tensors cover, on whatever
+    device they are: views into one buffer (DDP's gradient buckets, FSDP's flat parameters,
+    a view and its base) count the union of the byte ranges they cover, not one view per
+    buffer nor each view in full. A strided view covers the range from its first element to
+    its last, gaps included (the buffer holds them anyway); an expanded one (stride 0), the
+    elements it repeats once. A sparse tensor holds its index and value arrays; a tensor subclass that
+    wraps others (a DTensor: the shard this rank holds) the tensors it wraps; a tensor on
+    the meta device, nothing. Memory a parameter shares with its gradient or the
+    optimizer's state is in each figure it belongs to."""
     import torch
 
-    params, grads, state = set(), set(), set()
-    figures = {PARAMS: 0, GRADS: 0, OPTIMIZER_STATE: 0}
+    wraps = _wrapper_check()
+    params, grads, state = _Ranges(wraps), _Ranges(wraps), _Ranges(wraps)
     for group in optimizer.param_groups:
         for param in group["params"]:
-            figures[PARAMS] += _tensor_bytes(param, params)
+            params.add(param)
             if param.grad is not None:
-                figures[GRADS] += _tensor_bytes(param.grad, grads)
+                grads.add(param.grad)
     for values in optimizer.state.values():
         for value in values.values() if isinstance(values, dict) else ():
             if isinstance(value, torch.Tensor):
-                figures[OPTIMIZER_STATE] += _tensor_bytes(value, state)
-    return figures
+                state.add(value)
+    return {PARAMS: params.total(), GRADS: grads.total(), OPTIMIZER_STATE: state.total()}
+
+
+class _Ranges:
+    """The byte ranges some tensors cover, per device; their union's size."""
+
+    def __init__(self, wraps):
+        self._wraps = wraps  # whether a tensor holds its data in inner tensors
+        self._ranges = {}  # device -> [(start address, end address)]
+        self._opaque = 0  # tensors whose memory cannot be located, counted in full
+
+    def add(self, tensor):
+        if tensor.device.type == "meta":
+            return
+        if self._wraps(tensor):
+            names, _ = tensor.__tensor_flatten__()
+            for name in names:
+                inner = getattr(tensor, name, None)
+                if _is_tensor(inner):
+                    self.add(inner)
+            return
+        arrays = _sparse_arrays(tensor)
+        if arrays is not None:
+            for array in arrays:
+                self.add(array)
+            return
+        if tensor.numel() == 0:
+            return
+        size = tensor.element_size()
+        try:
+            start = tensor.data_ptr()
+            # The element furthest from the first (strides are never negative in PyTorch).
+            last = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride()))
+        except (RuntimeError, NotImplementedError):
+            start = 0
+        if start == 0:
+            # No address to compare (a fake tensor, an opaque layout): its elements' bytes.
+            self._opaque += tensor.numel() * size
+            return
+        self._ranges.setdefault(tensor.device, []).append((start, start + (last + 1) * size))
+
+    def total(self):
+        total = self._opaque
+        for ranges in self._ranges.values():
+            ranges.sort()
+            end = None
+            for start, stop in ranges:
+                if end is None or start >= end:
+                    total += stop - start
+                    end = stop
+                elif stop > end:
+                    total += stop - end
+                    end = stop
+        return total
+
+
+def _wrapper_check():
+    """Tells whether a tensor is a subclass that holds its data in inner tensors (DTensor)."""
+    try:
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    except ImportError:  # a PyTorch without wrapper subclasses
+        return lambda tensor: False
+    return is_traceable_wrapper_subclass
+
+
+def _is_tensor(value):
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _sparse_arrays(tensor):
+    """The index and value arrays of a sparse tensor; ``None`` for a strided one."""
+    import torch
+
+    layout = tensor.layout
+    if layout == torch.strided:
+        return None
+    if layout == torch.sparse_coo:
+        return (tensor._indices(), tensor._values())
+    if layout in (torch.sparse_csr, torch.sparse_bsr):
+        return (tensor.crow_indices(), tensor.col_indices(), tensor.values())
+    if layout in (torch.sparse_csc, torch.sparse_bsc):
+        return (tensor.ccol_indices(), tensor.row_indices(), tensor.values())
+    return None
 
 
 def is_out_of_memory(error):
