@@ -446,15 +446,30 @@ fn watch(every: Duration, count: Option<u64>) -> Result<(), CommandError> {
 /// failed, 2 when nothing could be tested.
 #[cfg(feature = "nvml")]
 fn selftest(mib: u64, interval: Duration) -> u8 {
-    let scratch = std::env::temp_dir().join(format!("gpuspan-selftest-{}", std::process::id()));
-    // A run of an earlier process with the same id would be read back with this one.
-    let _ = std::fs::remove_dir_all(&scratch);
+    // A directory of its own (new, mode 0700, a name no one can guess), removed on the way
+    // out: no other user can prepare it or read the spans.
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = match tempfile::Builder::new()
+        .prefix("gpuspan-selftest-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+    {
+        Ok(scratch) => scratch,
+        Err(e) => {
+            eprintln!(
+                "gpuspan selftest: cannot make a directory for the test's spans under {} \
+                 ({e}); set TMPDIR to a writable directory",
+                std::env::temp_dir().display()
+            );
+            return 2;
+        }
+    };
     let options = crate::selftest::Options {
         bytes: mib.saturating_mul(1 << 20),
         interval,
     };
-    let outcome = crate::selftest::run(options, &scratch);
-    let _ = std::fs::remove_dir_all(&scratch);
+    let outcome = crate::selftest::run(options, scratch.path());
+    drop(scratch);
     match outcome {
         Ok(outcome) => {
             print!("{}", outcome.table);

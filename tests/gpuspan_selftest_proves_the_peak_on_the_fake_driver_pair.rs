@@ -191,3 +191,48 @@ fn without_the_cuda_driver_it_says_so_and_exits_2() {
          (LD_LIBRARY_PATH)\n"
     );
 }
+
+/// The spans are written under the temporary directory (`TMPDIR`) in a directory of the
+/// selftest's own, which no one else can read or prepare, and which is gone afterwards.
+#[test]
+fn its_scratch_directory_is_private_and_removed_afterwards() {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = FakeNvml::build();
+    let dir = cuda_dir(&fake);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = clean_command(
+        env!("CARGO_BIN_EXE_gpuspan"),
+        &["selftest", "--mib", "64"],
+        &[("TMPDIR", tmp.path().to_str().unwrap())],
+    )
+    .env("GPUSPAN_NVML_LIB", fake.path())
+    .env("LD_LIBRARY_PATH", dir.path())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    // Every directory seen in TMPDIR while the selftest runs, with its permissions.
+    let mut seen = std::collections::BTreeMap::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        for entry in std::fs::read_dir(tmp.path()).unwrap().flatten() {
+            if let Ok(meta) = std::fs::symlink_metadata(entry.path()) {
+                seen.insert(entry.file_name(), meta.permissions().mode() & 0o7777);
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "selftest never ended");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(seen.len(), 1, "one scratch directory: {seen:?}");
+    let (name, mode) = seen.into_iter().next().unwrap();
+    assert_eq!(mode, 0o700, "{name:?} is {mode:o}");
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the scratch directory is removed"
+    );
+}
