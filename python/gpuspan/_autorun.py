@@ -22,7 +22,7 @@ import sys
 
 import gpuspan
 
-from . import _claim, _frameworks, _spans
+from . import _claim, _frameworks, _rank_device, _spans
 from . import torch as _torch_figures
 
 _steps = None
@@ -59,12 +59,8 @@ def ensure_set_up(torch):
     global _steps
     if gpuspan._telemetry is not None:
         return True
-    settings = {}
-    device = _rank_device(torch)
-    if device is not None and "GPUSPAN_DEVICES" not in os.environ:
-        settings["devices"] = device
     try:
-        gpuspan.init(**settings)
+        gpuspan.init(**_rank_device.init_settings(torch))
     except Exception as error:  # noqa: BLE001 - the program runs on
         _warn("gpuspan could not be set up", error)
         if _steps is not None:
@@ -72,24 +68,6 @@ def ensure_set_up(torch):
         return False
     gpuspan._set_up_by_bootstrap = True
     return True
-
-
-def _rank_device(torch):
-    """The device torch computes on, as a ``GPUSPAN_DEVICES`` entry (CUDA numbers the
-    devices in ``CUDA_VISIBLE_DEVICES`` from 0), or ``None`` before CUDA is in use."""
-    cuda = getattr(torch, "cuda", None)
-    try:
-        if cuda is None or not cuda.is_initialized():
-            return None
-        ordinal = cuda.current_device()
-    except Exception:  # noqa: BLE001 - no usable CUDA: the core's own rule applies
-        return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        entries = [e.strip() for e in visible.split(",") if e.strip()]
-        if ordinal < len(entries):
-            return entries[ordinal]
-    return str(ordinal)
 
 
 class _OptimizerSteps:

@@ -10,6 +10,7 @@ import sys
 
 import gpuspan
 
+from . import _rank_device
 from ._spans import end_span
 from .torch import is_out_of_memory
 
@@ -19,9 +20,9 @@ _ORIGINAL = "_gpuspan_original"
 
 def ensure_init():
     """Sets gpuspan up with its settings from the environment, unless the program (or
-    ``gpuspan run``) already did."""
+    ``gpuspan run``) already did. A rank computing on a CUDA device measures that device."""
     if gpuspan._telemetry is None:
-        gpuspan.init()
+        gpuspan.init(**_rank_device.init_settings(sys.modules.get("torch")))
 
 
 class OpenSpans:

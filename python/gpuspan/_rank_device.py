@@ -16,6 +16,15 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 _warned = False
 
 
+def init_settings(torch):
+    """The ``gpuspan.init`` keywords that make a rank measure its own device: none when
+    ``GPUSPAN_DEVICES`` chooses, or before CUDA is in use (the core's rule applies)."""
+    if "GPUSPAN_DEVICES" in os.environ:
+        return {}
+    devices = devices_setting(torch)
+    return {} if devices is None else {"devices": devices}
+
+
 def devices_setting(torch):
     """The ``devices`` setting (a ``GPUSPAN_DEVICES`` list) for the CUDA device torch
     computes on now, or ``None`` before CUDA is in use."""
@@ -41,7 +50,7 @@ def by_uuid(uuid):
     GPU and ``MIG-<uuid>`` for a MIG instance, both given since CUDA's UUID does not say
     which (a UUID names one device, so one entry matches at most). ``uuid`` is torch's
     ``get_device_properties(i).uuid``: its 16 ``bytes``, or its text, with or without a
-    ``GPU-``/``MIG-`` prefix. ``None`` when it names no device (missing, all zeros)."""
+    ``GPU-``/``MIG-`` prefix. ``None`` when there is none, or it is not a UUID."""
     text = _uuid_text(uuid)
     if text is None:
         return None
@@ -99,9 +108,7 @@ def _uuid_text(uuid):
         text = str(uuid).strip().lower()
         if text.startswith(("gpu-", "mig-")):
             text = text[4:]
-    if not _UUID.match(text) or not text.strip("0-"):
-        return None
-    return text
+    return text if _UUID.match(text) else None
 
 
 def _is_rocm(torch):
