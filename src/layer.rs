@@ -11,6 +11,10 @@
 //!
 //! Every other field reaches tracing-opentelemetry, with unsigned numbers made integers
 //! first (see `unsigned`).
+//!
+//! A guard may instead abandon its span ([`Ending::Abandoned`]): the span closes as any
+//! other, and while it ends the span processor is told ([`discarding`]) to drop it, and
+//! every span still open inside it when they close.
 
 mod allocator;
 mod unsigned;
@@ -64,13 +68,24 @@ where
     }
 }
 
+/// How a guard leaves its span.
+#[derive(Debug)]
+pub(crate) enum Ending {
+    /// Measured: the figures go to the span processor with the closing span.
+    Measured(SpanFigures),
+    /// Abandoned: the span, and any span still open inside it, is not exported.
+    Abandoned,
+}
+
 thread_local! {
     /// Set while the guard records the memory fields: the OTel layer skips that record.
     static RECORDING_MEMORY: Cell<bool> = const { Cell::new(false) };
-    /// Figures of spans whose guard dropped on this thread, waiting for their close.
-    static WAITING: RefCell<Vec<(Id, SpanFigures)>> = const { RefCell::new(Vec::new()) };
+    /// Endings of spans whose guard dropped on this thread, waiting for their close.
+    static WAITING: RefCell<Vec<(Id, Ending)>> = const { RefCell::new(Vec::new()) };
     /// Figures of the span closing now on this thread, for the span processor's `on_end`.
     static CLOSING: RefCell<Option<SpanFigures>> = const { RefCell::new(None) };
+    /// Set while an abandoned span (or one inside it) closes: the span processor drops it.
+    static DISCARDING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `record` (the guard's `record_all` of the memory fields) without the OTel layer.
@@ -80,36 +95,53 @@ pub(crate) fn record_memory_fields(record: impl FnOnce()) {
     let _ = RECORDING_MEMORY.try_with(|flag| flag.set(false));
 }
 
-/// Spans whose figures wait in their extensions (closed later, possibly elsewhere).
+/// Spans whose ending waits in their extensions (closed later, possibly elsewhere).
 static PARKED: AtomicUsize = AtomicUsize::new(0);
+/// Of those, the abandoned ones: while there are any, a closing span looks for one among
+/// its parents (a span open inside an abandoned one keeps it open until it closes).
+static PARKED_ABANDONED: AtomicUsize = AtomicUsize::new(0);
 
-/// Figures parked in a span's extensions; counted in [`PARKED`] until dropped, whether
-/// taken by the close or cleared with a span that closed without them.
-struct Parked(Option<SpanFigures>);
+/// An ending parked in a span's extensions; counted in [`PARKED`] until dropped, whether
+/// taken by the close or cleared with a span that closed without it.
+struct Parked {
+    ending: Option<Ending>,
+    abandoned: bool,
+}
 
 impl Parked {
-    fn new(figures: SpanFigures) -> Self {
+    fn new(ending: Ending) -> Self {
+        let abandoned = matches!(ending, Ending::Abandoned);
         PARKED.fetch_add(1, Ordering::Relaxed);
-        Self(Some(figures))
+        if abandoned {
+            PARKED_ABANDONED.fetch_add(1, Ordering::Relaxed);
+        }
+        Self {
+            ending: Some(ending),
+            abandoned,
+        }
     }
 }
 
 impl Drop for Parked {
     fn drop(&mut self) {
         PARKED.fetch_sub(1, Ordering::Relaxed);
+        if self.abandoned {
+            PARKED_ABANDONED.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
-/// Exits and drops the guard's span, handing its figures to the close. The close usually
-/// happens right here; when a clone of the span is still alive it comes later, maybe on
-/// another thread, and the figures wait in the span's extensions until then.
+/// Exits and drops the guard's span, handing its ending to the close. The close usually
+/// happens right here; when a clone of the span (or a span opened inside it) is still
+/// alive it comes later, maybe on another thread, and the ending waits in the span's
+/// extensions until then.
 ///
 /// The registry reuses a closed span's id for a new span, and the clone may close the span
 /// elsewhere between the drop here and the parking. So the span's slot in the registry is
-/// held from before the drop until the figures are parked: while it is held, no new span
-/// can get the id, and figures parked after a close elsewhere are freed with the slot
+/// held from before the drop until the ending is parked: while it is held, no new span
+/// can get the id, and an ending parked after a close elsewhere is freed with the slot
 /// instead of landing on another span.
-pub(crate) fn hand_over(span: tracing::span::EnteredSpan, figures: SpanFigures) {
+pub(crate) fn hand_over(span: tracing::span::EnteredSpan, ending: Ending) {
     let span = span.exit();
     let Some(id) = span.id() else { return };
     let Some(dispatch) = span.with_subscriber(|(_, dispatch)| dispatch.clone()) else {
@@ -119,13 +151,13 @@ pub(crate) fn hand_over(span: tracing::span::EnteredSpan, figures: SpanFigures) 
         .downcast_ref::<tracing_subscriber::Registry>()
         .and_then(|registry| registry.span_data(&id));
     // `try_with`: a guard dropped while the thread's locals are torn down must not panic.
-    let _ = WAITING.try_with(|waiting| waiting.borrow_mut().push((id.clone(), figures)));
+    let _ = WAITING.try_with(|waiting| waiting.borrow_mut().push((id.clone(), ending)));
     drop(span);
-    if let Some(figures) = take_waiting(&id) {
-        // Not closed here: park the figures with the span itself.
+    if let Some(ending) = take_waiting(&id) {
+        // Not closed here: park the ending with the span itself.
         if let Some(data) = &held {
             use tracing_subscriber::registry::SpanData as _;
-            data.extensions_mut().insert(Parked::new(figures));
+            data.extensions_mut().insert(Parked::new(ending));
         }
     }
     // A span that closed meanwhile is freed now, with whatever was parked in it.
@@ -140,7 +172,13 @@ pub(crate) fn closing() -> Option<SpanFigures> {
         .flatten()
 }
 
-fn take_waiting(id: &Id) -> Option<SpanFigures> {
+/// Whether the span whose `on_end` is running was abandoned, or closed inside an abandoned
+/// span: the span processor drops it.
+pub(crate) fn discarding() -> bool {
+    DISCARDING.try_with(Cell::get).unwrap_or(false)
+}
+
+fn take_waiting(id: &Id) -> Option<Ending> {
     WAITING
         .try_with(|waiting| {
             let mut waiting = waiting.borrow_mut();
@@ -239,15 +277,22 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        let mut figures = take_waiting(&id);
-        if figures.is_none() && PARKED.load(Ordering::Relaxed) > 0 {
+        let mut ending = take_waiting(&id);
+        if ending.is_none() && PARKED.load(Ordering::Relaxed) > 0 {
             if let Some(span) = ctx.span(&id) {
-                figures = span
+                ending = span
                     .extensions_mut()
                     .remove::<Parked>()
-                    .and_then(|mut parked| parked.0.take());
+                    .and_then(|mut parked| parked.ending.take());
             }
         }
+        if matches!(ending, Some(Ending::Abandoned)) || inside_abandoned(&id, &ctx) {
+            return self.discard(id, ctx);
+        }
+        let figures = match ending {
+            Some(Ending::Measured(figures)) => Some(figures),
+            _ => None,
+        };
         let measured = figures.is_some();
         if measured {
             let _ = CLOSING.try_with(|closing| *closing.borrow_mut() = figures);
@@ -274,6 +319,39 @@ where
         // `WithContext` lookup is what `OpenTelemetrySpanExt` relies on).
         unsafe { self.otel.downcast_raw(id) }
     }
+}
+
+impl<S> GpuspanLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    /// Ends the OTel span as any other (which ends a started SDK span once, and frees what
+    /// tracing-opentelemetry keeps), telling the span processor to drop it.
+    fn discard(&self, id: Id, ctx: Context<'_, S>) {
+        let _ = DISCARDING.try_with(|flag| flag.set(true));
+        self.otel.on_close(id, ctx);
+        let _ = DISCARDING.try_with(|flag| flag.set(false));
+    }
+}
+
+/// Whether the span `id` was opened inside a span that was abandoned (which is still
+/// open: a span's parent closes after it).
+fn inside_abandoned<S>(id: &Id, ctx: &Context<'_, S>) -> bool
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    if PARKED_ABANDONED.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    let Some(span) = ctx.span(id) else {
+        return false;
+    };
+    span.scope().skip(1).any(|parent| {
+        parent
+            .extensions()
+            .get::<Parked>()
+            .is_some_and(|parked| parked.abandoned)
+    })
 }
 
 /// The current subscriber's gpuspan state, if it has a gpuspan layer.

@@ -11,7 +11,7 @@ use tracing::field::{Field, Value};
 use tracing::span::EnteredSpan;
 
 use crate::figures::{Number, SpanFigures, Triple, TRACED};
-use crate::layer::{current, LayerState};
+use crate::layer::{current, Ending, LayerState};
 use crate::sampler::{figure, Shared, Watermark};
 
 /// The memory fields of one macro call site, looked up by name once and reused, so a
@@ -99,16 +99,21 @@ impl MemorySpan {
         self.span.as_deref().unwrap_or(&NONE)
     }
 
-    /// Leaves the span without ending it, so it is never exported: for a span opened ahead
-    /// of work that never came (a program's step after its last optimizer step). The span
-    /// stops being current and its memory stops being tracked; what tracing keeps of it
-    /// (a few hundred bytes) is kept until the process ends.
+    /// Closes the span without exporting it: for a span opened ahead of work that never
+    /// came (a program's step after its last optimizer step), which would otherwise be
+    /// exported as a step that did nothing.
+    ///
+    /// The span stops being current, its memory stops being tracked, and it closes now (or
+    /// when the last clone of it is dropped), so the span it was opened in ends and is
+    /// exported as usual. A span still open inside it is not exported either when it
+    /// closes: it belongs to the abandoned work. Other subscribers see the span close,
+    /// without memory fields.
     pub fn abandon(mut self) {
         if let Some(tracking) = self.tracking.take() {
             tracking.watermark.close();
         }
         if let Some(entered) = self.span.take() {
-            std::mem::forget(entered.exit());
+            crate::layer::hand_over(entered, Ending::Abandoned);
         }
     }
 
@@ -155,7 +160,7 @@ impl Drop for MemorySpan {
                 let figures = measure(&tracking.state.shared, &tracking.watermark);
                 tracking.watermark.close();
                 record_fields(&figures, tracking.fields, &span);
-                crate::layer::hand_over(span, figures);
+                crate::layer::hand_over(span, Ending::Measured(figures));
             }
             None => drop(span),
         }

@@ -202,10 +202,8 @@ impl ActiveSpan {
         Ok(())
     }
 
-    /// Sets an attribute on the open span (a figure known only at the end of a step, such
-    /// as the loss): bool, int, float and str as themselves, anything else as its `str()`.
-    /// Leaves the span without ending it, so that it is never exported (a step opened
-    /// ahead of an optimizer step that never came).
+    /// Closes the span without exporting it (a step opened ahead of an optimizer step that
+    /// never came); the span it was opened in ends as usual. See `MemorySpan::abandon`.
     fn abandon(&self) -> PyResult<()> {
         let here = std::thread::current().id();
         if here != self.thread {
@@ -221,6 +219,8 @@ impl ActiveSpan {
         Ok(())
     }
 
+    /// Sets an attribute on the open span (a figure known only at the end of a step, such
+    /// as the loss): bool, int, float and str as themselves, anything else as its `str()`.
     fn set_attribute(&self, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let here = std::thread::current().id();
         if here != self.thread {

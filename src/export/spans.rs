@@ -71,7 +71,7 @@ impl SpanProcessor for QueueProcessor {
     fn on_end(&self, span: SpanData) {
         let figures = crate::layer::closing();
         self.returns.free_some();
-        if !span.span_context.is_sampled() {
+        if !span.span_context.is_sampled() || crate::layer::discarding() {
             return;
         }
         self.queue.push(span, figures, 1);
