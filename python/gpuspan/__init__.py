@@ -53,6 +53,11 @@ _root = None
 _allocator_choice = "auto"
 _peaks = None
 _otel = None
+# Told of each span about to end, with the exception ending it (or None): gpuspan run's
+# optimizer hooks, so that a step they opened inside it does not outlive it.
+_before_end = None
+# Under gpuspan run, sets gpuspan up when the program opens a span before the first step.
+_set_up_for_span = None
 _open_span = _native.open_span
 _get_ident = threading.get_ident
 _modules = sys.modules
@@ -213,6 +218,8 @@ class Span:
 
     def __enter__(self):
         # Module lookups inlined: this runs on every training step.
+        if _telemetry is None and _set_up_for_span is not None:
+            _set_up_for_span()
         mine = _current.get()
         if mine is None:
             mine = _root
@@ -249,6 +256,9 @@ class Span:
                 entries[-1][0].end()
                 raise RuntimeError(f"gpuspan span {self._name!r} is not open on this thread")
         active, _, token, otel, attached, peaks, frame = entries.pop(i)
+        before_end = _before_end
+        if before_end is not None:
+            before_end(active, exc)
         error = None if exc_type is None else _describe(exc_type, exc)
         figures = None
         try:
@@ -268,8 +278,8 @@ class Span:
         return False
 
     def _abandon(self):
-        """Leaves the span this thread opened last without ending it: it is never exported
-        (a step opened ahead of an optimizer step that never came)."""
+        """Closes the span this thread opened last without exporting it (a step opened
+        ahead of an optimizer step that never came)."""
         entries = self._open
         ident = _get_ident()
         for i in range(len(entries) - 1, -1, -1):

@@ -8,12 +8,14 @@ the first forward pass with gradients enabled. ``ml.step`` is the step's index, 
 optimizer steps from 0. For Lightning and Transformers, their callbacks take the steps over
 (see :mod:`gpuspan._claim`).
 
-gpuspan is set up on the first step, not at import, so that a program which calls
-``gpuspan.init()`` itself keeps its settings. The step open when the program ends normally
-had no optimizer step: it is left unexported. An uncaught exception ends it with the error,
-and an out-of-memory error is recorded as ``gpu.memory.oom`` first. Nothing here changes
-what the program computes or its exit status; a failure turns the hooks off with one
-warning line.
+gpuspan is set up on the first step (or the program's first own span), not at import, so
+that a program which calls ``gpuspan.init()`` itself keeps its settings. The step open when
+the program ends normally had no optimizer step: it is left unexported. So is the step open
+when a span it was opened in ends (the program's own ``gpuspan.epoch``): the next forward
+pass opens the next step, inside the next epoch. An uncaught exception ends it with the
+error, and an out-of-memory error is recorded as ``gpu.memory.oom`` first. Nothing here
+changes what the program computes or its exit status; a failure turns the hooks off with
+one warning line.
 """
 
 import atexit
@@ -78,18 +80,20 @@ class _OptimizerSteps:
         self._handles = []
         self._span = None  # the open step: a gpuspan.Span entered once
         self._active = None
+        self._parent = None  # the gpuspan span open when the step opened
         self._index = 0
         self._figures = None  # ml.*.bytes of the first optimizer, read once
         self._failed = False
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer
 
+        self._nn_module = nn_module
         self._handles = [
             optimizer.register_optimizer_step_pre_hook(self._before_optimizer),
             optimizer.register_optimizer_step_post_hook(self._after_optimizer),
-            nn_module.register_module_forward_pre_hook(self._first_forward),
         ]
-        self._first_forward_handle = self._handles[2]
+        self._first_forward_handle = None
+        self._watch_forward()
         self._phases = None
         if os.environ.get("GPUSPAN_TORCH_PHASES", "").strip().lower() in ("1", "true", "on"):
             from . import _phases
@@ -98,6 +102,8 @@ class _OptimizerSteps:
             self._phases = _phases.attach_everywhere(torch)
             self._handles.extend(self._phases.handles)
         _claim.on_claim(self._abandon)
+        gpuspan._before_end = self._span_ending
+        gpuspan._set_up_for_span = self._set_up_for_span
         self._previous_excepthook = sys.excepthook
         sys.excepthook = self._excepthook
         self._exit_hook = False
@@ -106,9 +112,28 @@ class _OptimizerSteps:
     def off(self):
         """Removes the hooks (after a failure)."""
         self._failed = True
+        if gpuspan._before_end == self._span_ending:
+            gpuspan._before_end = None
+        if gpuspan._set_up_for_span == self._set_up_for_span:
+            gpuspan._set_up_for_span = None
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._first_forward_handle = None
+
+    def _watch_forward(self):
+        """Opens the next step at the next forward pass with gradients (the hook removes
+        itself once a step is open)."""
+        if self._first_forward_handle is None and not self._failed:
+            handle = self._nn_module.register_module_forward_pre_hook(self._first_forward)
+            self._first_forward_handle = handle
+            self._handles.append(handle)
+
+    def _stop_watching_forward(self):
+        handle, self._first_forward_handle = self._first_forward_handle, None
+        if handle is not None:
+            handle.remove()
+            self._handles.remove(handle)
 
     def _mine(self):
         """Whether the optimizer hooks open the steps now (no framework or user does)."""
@@ -132,8 +157,10 @@ class _OptimizerSteps:
             self._start_history()
         attributes = self._figures or {}
         span = gpuspan.step(self._index, **attributes)
+        parent = gpuspan._current.get()
         self._active = span.__enter__()
         self._span = span
+        self._parent = parent
 
     def _start_history(self):
         from . import _memory_history
@@ -153,25 +180,53 @@ class _OptimizerSteps:
     def _end(self, error=None):
         if self._phases is not None:
             self._phases.end(error)
-        span, self._span, self._active = self._span, None, None
+        span, self._span, self._active, self._parent = self._span, None, None, None
         if span is not None:
             _spans.end_span(span, error)
 
     def _abandon(self):
         if self._phases is not None:
-            self._phases.end()
-        span, self._span, self._active = self._span, None, None
+            self._phases.abandon()
+        span, self._span, self._active, self._parent = self._span, None, None, None
         if span is not None:
             span._abandon()
+
+    def _set_up_for_span(self):
+        """The program opens a span of its own (an epoch) before the first step: gpuspan
+        is set up now, so that the span is recorded. Once only."""
+        gpuspan._set_up_for_span = None
+        try:
+            ensure_set_up(self._torch)
+        except Exception as error:  # noqa: BLE001 - never break the program
+            _warn("gpuspan could not be set up", error)
+
+    def _span_ending(self, active, error):
+        """A gpuspan span is about to end: the step opened inside it ends first. Without
+        an error it had no optimizer step in that span, and is dropped; the next forward
+        pass opens the next one. An error ends it as an uncaught one would."""
+        try:
+            if self._span is None or self._parent is not active:
+                return
+            if error is None or isinstance(error, SystemExit):
+                self._abandon()
+            else:
+                self._failed_with(error)
+            self._watch_forward()
+        except Exception as failure:  # noqa: BLE001 - never break the program
+            _warn("the step hooks failed", failure)
+            self.off()
 
     def _first_forward(self, module, args):
         try:
             if self._span is None and self._torch.is_grad_enabled() and self._mine():
                 self._open()
-            if self._span is not None or self._failed or _claim._owner is not None:
+            if self._failed or _claim._owner is not None or (
+                self._span is not None and self._phases is None
+            ):
                 # Its work is done (or a callback opens the steps): every module call
-                # would pay for it.
-                self._first_forward_handle.remove()
+                # would pay for it. With the phases' hooks it stays, ahead of theirs: a
+                # step opens before its first phase, and a hook added later runs after.
+                self._stop_watching_forward()
         except Exception as error:  # noqa: BLE001 - never break the program
             _warn("the step hooks failed", error)
             self.off()
@@ -209,15 +264,19 @@ class _OptimizerSteps:
     def _excepthook(self, exc_type, exc, tb):
         try:
             if self._span is not None:
-                if self._history is not None and _torch_figures.is_out_of_memory(exc):
-                    self._history.save(
-                        "oom", self._index, self._active.trace_id, self._snapshot_directory()
-                    )
-                _frameworks.record_if_oom(exc)
-                self._end(exc)
+                self._failed_with(exc)
         except Exception as error:  # noqa: BLE001
             _warn("recording the error failed", error)
         self._previous_excepthook(exc_type, exc, tb)
+
+    def _failed_with(self, exc):
+        """Ends the open step with ``exc``, an out-of-memory error recorded first."""
+        if self._history is not None and _torch_figures.is_out_of_memory(exc):
+            self._history.save(
+                "oom", self._index, self._active.trace_id, self._snapshot_directory()
+            )
+        _frameworks.record_if_oom(exc)
+        self._end(exc)
 
     def _at_exit(self):
         # Runs before gpuspan's own exit hook, which was registered earlier. The step open

@@ -82,6 +82,12 @@ class Phases:
         """Ends the open phase (before its step ends)."""
         self._leave(error)
 
+    def abandon(self):
+        """Drops the open phase unexported, with the step it is in."""
+        span, self._span, self._name = self._span, None, None
+        if span is not None:
+            span._abandon()
+
     def remove(self):
         for handle in self.handles:
             handle.remove()

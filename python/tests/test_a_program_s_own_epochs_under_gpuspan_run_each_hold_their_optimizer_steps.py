@@ -1,0 +1,94 @@
+"""A PyTorch script that opens its own `gpuspan.epoch(e)` and leaves the steps to `gpuspan
+run`'s optimizer hooks: every epoch is exported, each with its own optimizer steps under it
+(the step opened after an epoch's last `optimizer.step()` is not one of them), and each step
+has the peak its own work reached. An error that ends an epoch ends the step inside it with
+that error first."""
+
+import subprocess
+import sys
+import textwrap
+
+from conftest import DEVICE_USES, MIB, live_device_env, read_spans
+
+TRAIN = DEVICE_USES + """
+import os, time
+import torch
+import gpuspan
+
+FAIL_AT = int(os.environ.get("FAIL_AT", "-1"))
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+step = 0
+for epoch in range(3):
+    with gpuspan.epoch(epoch):
+        for _ in range(4):
+            loss = model(torch.randn(8, 16)).pow(2).mean()
+            loss.backward()
+            device_uses(2000 + 100 * step)   # a spike inside the step
+            time.sleep(0.06)
+            device_uses(1000)
+            if step == FAIL_AT:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+        with torch.no_grad():  # evaluation at the end of the epoch: in no step
+            model(torch.randn(8, 16))
+print("trained")
+"""
+
+
+def run(tmp_path, fake_nvml, **env):
+    (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN))
+    env = live_device_env(tmp_path, fake_nvml, GPUSPAN_RUN_ID="job", **env)
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuspan", "run", "train.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    return proc, read_spans(tmp_path / "gpuspan-runs" / "job" / "traces.jsonl")
+
+
+def test_three_epochs_of_four_optimizer_steps_give_three_epochs_and_twelve_steps(
+    tmp_path, fake_nvml
+):
+    proc, spans = run(tmp_path, fake_nvml)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "trained\n"
+    assert "warning" not in proc.stderr, proc.stderr
+    epochs = {s["attributes"]["ml.epoch"]: s for s in spans if s["name"] == "epoch"}
+    steps = sorted((s for s in spans if s["name"] == "step"), key=lambda s: s["attributes"]["ml.step"])
+    assert sorted(epochs) == [0, 1, 2]
+    assert [s["attributes"]["ml.step"] for s in steps] == list(range(12))
+    for s in steps:
+        epoch = epochs[s["attributes"]["ml.step"] // 4]
+        assert s["parentSpanId"] == epoch["spanId"], (s["attributes"], epoch["attributes"])
+        assert epoch["startTimeUnixNano"] <= s["startTimeUnixNano"]
+        assert s["endTimeUnixNano"] <= epoch["endTimeUnixNano"]
+    # Each step holds its own work: the spike of the step it counts, and no other.
+    assert [s["attributes"]["gpu.memory.peak"] // MIB for s in steps] == [
+        2000 + 100 * i for i in range(12)
+    ]
+    run_span = next(s for s in spans if s["name"] == "run")
+    assert {e["parentSpanId"] for e in epochs.values()} == {run_span["spanId"]}
+
+
+def test_an_oom_that_ends_an_epoch_ends_its_step_with_the_error_first(tmp_path, fake_nvml):
+    proc, spans = run(tmp_path, fake_nvml, FAIL_AT=5)
+    assert proc.returncode == 1, proc.stderr
+    assert "torch.OutOfMemoryError: CUDA out of memory" in proc.stderr
+    epochs = {s["attributes"]["ml.epoch"]: s for s in spans if s["name"] == "epoch"}
+    steps = sorted((s for s in spans if s["name"] == "step"), key=lambda s: s["attributes"]["ml.step"])
+    assert sorted(epochs) == [0, 1]
+    assert [s["attributes"]["ml.step"] for s in steps] == list(range(6))
+    failed = steps[5]
+    assert failed["parentSpanId"] == epochs[1]["spanId"]
+    # OTLP/JSON status codes: 0 unset, 2 error.
+    assert failed["status"]["code"] == 2
+    assert "OutOfMemoryError" in failed["status"]["message"]
+    assert [e["name"] for e in failed.get("events", [])] == ["gpu.memory.oom"]
+    assert epochs[1]["status"]["code"] == 2
+    assert [s.get("status", {}).get("code", 0) for s in steps[:5]] == [0] * 5
+    assert list((tmp_path / "gpuspan-runs" / "job").glob("near-oom-*.json"))
