@@ -40,8 +40,10 @@ def model_bytes(optimizer):
     its last, gaps included (the buffer holds them anyway); an expanded one (stride 0), the
     elements it repeats once. A sparse tensor holds its index and value arrays; a tensor subclass that
     wraps others (a DTensor: the shard this rank holds) the tensors it wraps; a tensor on
-    the meta device, nothing. Memory a parameter shares with its gradient or the
-    optimizer's state is in each figure it belongs to."""
+    the meta device, nothing. A tensor whose memory cannot be located (a fake tensor, a
+    subclass that cannot say what it wraps) counts ``numel() * element_size()``. Memory a
+    parameter shares with its gradient or the optimizer's state is in each figure it
+    belongs to."""
     import torch
 
     wraps = _wrapper_check()
@@ -67,34 +69,16 @@ class _Ranges:
         self._opaque = 0  # tensors whose memory cannot be located, counted in full
 
     def add(self, tensor):
-        if tensor.device.type == "meta":
-            return
-        if self._wraps(tensor):
-            names, _ = tensor.__tensor_flatten__()
-            for name in names:
-                inner = getattr(tensor, name, None)
-                if _is_tensor(inner):
-                    self.add(inner)
-            return
-        arrays = _sparse_arrays(tensor)
-        if arrays is not None:
-            for array in arrays:
-                self.add(array)
-            return
-        if tensor.numel() == 0:
-            return
-        size = tensor.element_size()
+        found = []  # (device, start, end), or (None, bytes, 0) for bytes not located
         try:
-            start = tensor.data_ptr()
-            # The element furthest from the first (strides are never negative in PyTorch).
-            last = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride()))
-        except (RuntimeError, NotImplementedError):
-            start = 0
-        if start == 0:
-            # No address to compare (a fake tensor, an opaque layout): its elements' bytes.
-            self._opaque += tensor.numel() * size
-            return
-        self._ranges.setdefault(tensor.device, []).append((start, start + (last + 1) * size))
+            _locate(tensor, self._wraps, found)
+        except Exception:  # noqa: BLE001 - an unusual tensor must not cost the step spans
+            found = [(None, _element_bytes(tensor), 0)]
+        for device, start, end in found:
+            if device is None:
+                self._opaque += start
+            else:
+                self._ranges.setdefault(device, []).append((start, end))
 
     def total(self):
         total = self._opaque
@@ -111,6 +95,38 @@ class _Ranges:
         return total
 
 
+def _locate(tensor, wraps, found):
+    """Appends the byte ranges ``tensor`` covers to ``found``."""
+    if tensor.device.type == "meta":
+        return
+    if wraps(tensor):
+        names, _ = tensor.__tensor_flatten__()
+        for name in names:
+            inner = getattr(tensor, name, None)
+            if _is_tensor(inner):
+                _locate(inner, wraps, found)
+        return
+    arrays = _sparse_arrays(tensor)
+    if arrays is not None:
+        for array in arrays:
+            _locate(array, wraps, found)
+        return
+    if tensor.numel() == 0:
+        return
+    size = tensor.element_size()
+    try:
+        start = tensor.data_ptr()
+        # The element furthest from the first (strides are never negative in PyTorch).
+        last = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride()))
+    except (RuntimeError, NotImplementedError):
+        start = 0
+    if start == 0:
+        # No address to compare (a fake tensor, an opaque layout): its elements' bytes.
+        found.append((None, tensor.numel() * size, 0))
+    else:
+        found.append((tensor.device, start, start + (last + 1) * size))
+
+
 def _wrapper_check():
     """Tells whether a tensor is a subclass that holds its data in inner tensors (DTensor)."""
     try:
@@ -118,6 +134,14 @@ def _wrapper_check():
     except ImportError:  # a PyTorch without wrapper subclasses
         return lambda tensor: False
     return is_traceable_wrapper_subclass
+
+
+def _element_bytes(tensor):
+    """``numel() * element_size()``, or 0 when the tensor cannot say."""
+    try:
+        return tensor.numel() * tensor.element_size()
+    except Exception:  # noqa: BLE001
+        return 0
 
 
 def _is_tensor(value):

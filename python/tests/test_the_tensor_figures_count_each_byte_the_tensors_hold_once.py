@@ -184,3 +184,35 @@ def test_compressed_sparse_parameters_count_their_index_and_value_arrays(layout)
     got = figures([torch.nn.Parameter(sparse)])
     # 11 compressed offsets and 3 indices (int64), 3 values.
     assert got[PARAMS] == 11 * 8 + 3 * 8 + 3 * FLOAT
+
+
+class Unreadable(torch.Tensor):
+    """A tensor subclass that wraps another but cannot say which (its flattening fails)."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __tensor_flatten__(self):
+        raise RuntimeError("cannot say")
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, size, stride):
+        return Unreadable(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError(func)
+
+
+def test_a_tensor_whose_memory_cannot_be_read_counts_its_elements_and_spoils_nothing():
+    # The figures are read inside the optimizer's step hook: an error there would cost the
+    # program its step spans.
+    class Optimizer:
+        param_groups = [{"params": [torch.zeros(25), Unreadable(torch.zeros(10))]}]
+        state = {}
+
+    assert model_bytes(Optimizer())[PARAMS] == (25 + 10) * FLOAT
