@@ -3,7 +3,7 @@
 //! package once the program imports them (see the file itself for what it promises).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::Path;
 
 /// The bootstrap's one file. It is the Python package's code (it hands over to
 /// `gpuspan._autorun`), kept beside the package and outside it, so the wheel does not ship it.
@@ -12,51 +12,55 @@ const SITECUSTOMIZE: &str = include_str!("../../python/bootstrap/sitecustomize.p
 /// A directory holding the bootstrap, removed when dropped.
 #[derive(Debug)]
 pub(crate) struct Bootstrap {
-    dir: PathBuf,
+    /// Removed, with the file, when dropped.
+    dir: tempfile::TempDir,
 }
 
 impl Bootstrap {
-    /// Writes the bootstrap to a fresh directory under the system's temporary directory.
+    /// Writes the bootstrap to a new directory under the system's temporary directory.
+    ///
+    /// The directory is made for this run (mode 0700, a random name; making it fails
+    /// rather than reuse one that exists, or follow a link there): the command imports
+    /// the file at its start, so no other user may prepare or change it.
     ///
     /// # Errors
     /// The directory or the file cannot be written.
     pub(crate) fn write() -> std::io::Result<Self> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .subsec_nanos();
-        let dir =
-            std::env::temp_dir().join(format!("gpuspan-run-{}-{nanos:09}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let bootstrap = Self { dir };
-        std::fs::write(bootstrap.dir.join("sitecustomize.py"), SITECUSTOMIZE)?;
-        Ok(bootstrap)
+        Self::write_in(&std::env::temp_dir(), 8)
+    }
+
+    /// [`write`](Self::write) under `parent`, with `random_chars` random characters in the
+    /// directory's name.
+    fn write_in(parent: &Path, random_chars: usize) -> std::io::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("gpuspan-run-")
+            .rand_bytes(random_chars)
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(parent)?;
+        std::fs::write(dir.path().join("sitecustomize.py"), SITECUSTOMIZE)?;
+        Ok(Self { dir })
     }
 
     /// `PYTHONPATH` for the command: the bootstrap first, then what was there.
     pub(crate) fn python_path(&self, existing: Option<OsString>) -> OsString {
-        let mut paths = vec![self.dir.clone()];
+        let mut paths = vec![self.dir.path().to_path_buf()];
         if let Some(existing) = existing.filter(|p| !p.is_empty()) {
             paths.extend(std::env::split_paths(&existing));
         }
-        std::env::join_paths(paths).unwrap_or_else(|_| self.dir.clone().into_os_string())
-    }
-}
-
-impl Drop for Bootstrap {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        std::env::join_paths(paths).unwrap_or_else(|_| self.dir.path().as_os_str().to_owned())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn the_bootstrap_comes_first_on_the_path_and_is_removed_afterwards() {
         let bootstrap = Bootstrap::write().unwrap();
-        let dir = bootstrap.dir.clone();
+        let dir = bootstrap.dir.path().to_path_buf();
         let written = std::fs::read_to_string(dir.join("sitecustomize.py")).unwrap();
         assert_eq!(written, SITECUSTOMIZE);
         let path = bootstrap.python_path(Some(OsString::from("/a:/b")));
@@ -71,5 +75,61 @@ mod tests {
         );
         drop(bootstrap);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn the_bootstrap_directory_is_new_and_only_its_owner_can_enter_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let bootstrap = Bootstrap::write().unwrap();
+        let mode = std::fs::metadata(bootstrap.dir.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "mode {mode:o}");
+        assert!(bootstrap.dir.path().starts_with(std::env::temp_dir()));
+    }
+
+    /// Another user can create a directory, or a link to one of theirs, where the bootstrap
+    /// would go; with no random part in its name (`random_chars` 0), the bootstrap's place is
+    /// known in advance, as a predictable name would make it.
+    fn planted(make: impl Fn(&Path)) -> (tempfile::TempDir, PathBuf) {
+        let parent = tempfile::tempdir().unwrap();
+        let place = parent.path().join("gpuspan-run-");
+        make(&place);
+        (parent, place)
+    }
+
+    #[test]
+    fn a_directory_planted_where_the_bootstrap_goes_is_not_used() {
+        let (_parent, place) = planted(|place| {
+            std::fs::create_dir(place).unwrap();
+            std::fs::write(place.join("sitecustomize.py"), "planted").unwrap();
+        });
+        assert!(Bootstrap::write_in(place.parent().unwrap(), 0).is_err());
+        let kept = std::fs::read_to_string(place.join("sitecustomize.py")).unwrap();
+        assert_eq!(kept, "planted");
+    }
+
+    #[test]
+    fn a_link_planted_where_the_bootstrap_goes_is_not_followed() {
+        let elsewhere = tempfile::tempdir().unwrap();
+        let target = elsewhere.path().to_path_buf();
+        let (_parent, place) = planted(|place| std::os::unix::fs::symlink(&target, place).unwrap());
+        assert!(Bootstrap::write_in(place.parent().unwrap(), 0).is_err());
+        assert!(!target.join("sitecustomize.py").exists());
+        assert!(std::fs::symlink_metadata(&place)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
+
+    #[test]
+    fn without_anything_planted_the_bootstrap_is_written() {
+        let (_parent, place) = planted(|_| {});
+        let bootstrap = Bootstrap::write_in(place.parent().unwrap(), 0).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(bootstrap.dir.path().join("sitecustomize.py")).unwrap(),
+            SITECUSTOMIZE
+        );
     }
 }
