@@ -41,3 +41,19 @@ fn nicer_by(amount: libc::c_int) {
 pub(crate) fn silence_tracing() {
     std::mem::forget(tracing::dispatcher::set_default(&tracing::Dispatch::none()));
 }
+
+/// Waits for one of gpuspan's threads until `deadline`: a thread stuck in a file system that
+/// stopped answering (a stale network mount) must not hang the program's exit. Returns
+/// whether the thread finished; one that did not is left to finish, or to end with the
+/// process.
+pub(crate) fn join_by(thread: std::thread::JoinHandle<()>, deadline: std::time::Instant) -> bool {
+    while !thread.is_finished() {
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        std::thread::sleep((deadline - now).min(std::time::Duration::from_millis(2)));
+    }
+    let _ = thread.join();
+    true
+}

@@ -81,6 +81,7 @@ def start(torch, value):
         print("gpuspan: GPUSPAN_TORCH_MEMORY_HISTORY is set, but CUDA is not available: no "
               "memory history is kept", file=sys.stderr)
         return None
-    names = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+    # The rank as gpuspan reads it (config::rank): torchrun, SLURM, Open MPI, MPICH, PMIx.
+    names = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
     rank = next((os.environ[n] for n in names if os.environ.get(n, "").isdigit()), "0")
     return MemoryHistory(cuda.memory, entries, rank)

@@ -80,7 +80,7 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
         "PYTHONPATH",
         bootstrap.python_path(std::env::var_os("PYTHONPATH")),
     );
-    if std::env::var_os(crate::config::vars::GPUSPAN_JOB_ID).is_none() {
+    if crate::config::job::job_id_variable().is_none() {
         child.env(crate::config::vars::GPUSPAN_JOB_ID, collector.run_id());
     }
     if std::env::var_os("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS").is_none() {

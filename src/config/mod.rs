@@ -8,6 +8,7 @@
 
 mod destination;
 pub(crate) mod error;
+pub(crate) mod job;
 mod kinds;
 pub(crate) mod layered;
 pub(crate) mod parse;
@@ -88,6 +89,9 @@ pub(crate) struct Settings {
     pub(crate) search_path: Option<OsString>,
     pub(crate) run_root: PathBuf,
     pub(crate) run_id: String,
+    /// The run id is this process's own (date, time and pid): no other rank shares its
+    /// directory.
+    pub(crate) run_id_is_own: bool,
     pub(crate) rank: Rank,
     pub(crate) traces: Destination,
     pub(crate) metrics: Destination,
@@ -162,9 +166,10 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
     let sample_interval = layered(&table::SAMPLE_INTERVAL, code.sample_interval, None, env)?
         .map_or(DEFAULT_SAMPLE_INTERVAL, |(interval, _)| interval);
     let mut rank = rank(env)?;
-    rank.job_id = job_id(code, env)?;
+    let job = job::job(code.job_id.as_deref(), env);
+    rank.job_id = job.as_ref().map(|job| job.id.clone());
     let devices = device_scope(code, rank.local_rank, env)?;
-    let run_id = run_id(code, env)?;
+    let (run_id, run_id_is_own) = run_id(code, job.as_ref(), env)?;
     let metric_interval = layered(
         &table::METRIC_EXPORT_INTERVAL,
         code.metric_interval,
@@ -189,6 +194,7 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
         devices,
         search_path: std::env::var_os(PATH),
         run_root: run_root(code.run_dir.clone(), env)?,
+        run_id_is_own,
         run_id,
         rank,
         traces: destination::destination(code, Signal::Traces, env)?,
@@ -222,22 +228,20 @@ fn default_service_name() -> String {
         .unwrap_or_else(|| "unknown_service".to_owned())
 }
 
-/// Code, `GPUSPAN_RUN_ID`, then the launcher's (`TORCHELASTIC_RUN_ID`, `slurm-<SLURM_JOB_ID>`),
-/// else date, time and pid.
-fn run_id(code: &CodeSettings, env: Env<'_>) -> Result<String, InitError> {
-    use vars::*;
+/// Code, `GPUSPAN_RUN_ID`, then the directory of the job (see [`job`]), else date, time
+/// and pid; and whether it is that last, this process's own.
+fn run_id(
+    code: &CodeSettings,
+    job: Option<&job::Job>,
+    env: Env<'_>,
+) -> Result<(String, bool), InitError> {
     if let Some((id, _)) = layered(&table::RUN_ID, code.run_id.clone(), None, env)? {
-        return Ok(id);
+        return Ok((id, false));
     }
-    let launcher = |text: &str| table::RUN_ID.read(text);
-    if let Some((id, _)) = first_var(&[TORCHELASTIC_RUN_ID], launcher, env)? {
-        return Ok(id);
-    }
-    let slurm = |job: &str| table::RUN_ID.read(&format!("slurm-{job}"));
-    if let Some((id, _)) = first_var(&[SLURM_JOB_ID], slurm, env)? {
-        return Ok(id);
-    }
-    Ok(generated_run_id())
+    Ok(match job {
+        Some(job) => (job.dir.clone(), false),
+        None => (generated_run_id(), true),
+    })
 }
 
 fn generated_run_id() -> String {
@@ -253,9 +257,15 @@ fn rank(env: Env<'_>) -> Result<Rank, InitError> {
     let first = |vars: &[&'static str]| -> Result<Option<i64>, InitError> {
         Ok(first_var(vars, parse::integer, env)?.map(|(v, _)| v))
     };
-    // torchrun's, SLURM's, Open MPI's, then MPICH's (Hydra) names.
+    // torchrun's, SLURM's, Open MPI's, MPICH's (Hydra), then PMIx's names.
     Ok(Rank {
-        rank: first(&[RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK])?,
+        rank: first(&[
+            RANK,
+            SLURM_PROCID,
+            OMPI_COMM_WORLD_RANK,
+            PMI_RANK,
+            PMIX_RANK,
+        ])?,
         local_rank: first(&[
             LOCAL_RANK,
             SLURM_LOCALID,
@@ -265,26 +275,6 @@ fn rank(env: Env<'_>) -> Result<Rank, InitError> {
         world_size: first(&[WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE])?,
         job_id: None,
     })
-}
-
-/// Code, then the launcher's (`TORCHELASTIC_RUN_ID`, torchrun's rendezvous id, where `none`
-/// is its placeholder; `SLURM_JOB_ID`), then `GPUSPAN_JOB_ID`. The variable comes after the
-/// launchers because `gpuspan run` sets it: one `gpuspan run` per node of a job started
-/// by torchrun would otherwise give each node's ranks a job id of their own.
-fn job_id(code: &CodeSettings, env: Env<'_>) -> Result<Option<String>, InitError> {
-    use vars::*;
-    if let Some(id) = &code.job_id {
-        return Ok(Some(id.clone()));
-    }
-    let launcher = [TORCHELASTIC_RUN_ID, SLURM_JOB_ID]
-        .into_iter()
-        .filter_map(|name| env.raw(name))
-        .map(|id| id.trim().to_owned())
-        .find(|id| !id.is_empty() && id != "none");
-    if launcher.is_some() {
-        return Ok(launcher);
-    }
-    Ok(layered(&table::JOB_ID, None, None, env)?.map(|(id, _)| id))
 }
 
 /// Code, `GPUSPAN_DEVICES`, then `CUDA_VISIBLE_DEVICES`, else every device; without the
@@ -537,6 +527,157 @@ mod tests {
             (rank.rank, rank.local_rank, rank.world_size),
             (Some(1), Some(1), Some(2))
         );
+    }
+
+    /// The run directory and job id of a rank started with `env`.
+    fn job_of(env: &[(&str, &str)], code: CodeSettings) -> (PathBuf, Option<String>) {
+        let settings = with_env(env, || resolve(&code)).unwrap();
+        (settings.run_dir(), settings.rank.job_id)
+    }
+
+    #[test]
+    fn every_rank_of_an_mpi_job_gets_the_job_s_directory_from_its_launcher() {
+        // Open MPI 4's mpirun: its job id, and the key it draws for each job (the job id
+        // alone is a hash of host and pid, which a later job may draw again).
+        let open_mpi = [
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_MCA_ess_base_jobid", "1150091265"),
+            (
+                "OMPI_MCA_orte_precondition_transports",
+                "403dbbd1686a868a-4de8afb20a99d069",
+            ),
+            ("PMIX_NAMESPACE", "1150091265"),
+            ("PMIX_RANK", "1"),
+        ];
+        assert_eq!(
+            job_of(&open_mpi, CodeSettings::default()),
+            (
+                PathBuf::from("gpuspan-runs/ompi-1150091265-403dbbd1686a868a/rank-1"),
+                Some("1150091265".into())
+            )
+        );
+        // A PMIx launcher (Open MPI 5's prterun, SLURM's srun --mpi=pmix): its namespace,
+        // made one directory name.
+        let pmix = [
+            ("PMIX_RANK", "3"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("PMIX_NAMESPACE", "prterun-node/a-4242@1"),
+        ];
+        let settings = with_env(&pmix, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(settings.rank.rank, Some(3), "PMIX_RANK gives the rank");
+        assert_eq!(
+            settings.run_dir(),
+            PathBuf::from("gpuspan-runs/pmix-prterun-node-a-4242@1/rank-3")
+        );
+        assert_eq!(
+            settings.rank.job_id.as_deref(),
+            Some("prterun-node/a-4242@1")
+        );
+        // A PMI-1 launcher that names its key-value space.
+        let pmi = [
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+            ("PMI_KVSNAME", "kvs_4242_0"),
+        ];
+        assert_eq!(
+            job_of(&pmi, CodeSettings::default()).0,
+            PathBuf::from("gpuspan-runs/pmi-kvs_4242_0/rank-0")
+        );
+        // Two steps of one SLURM allocation are two jobs.
+        let srun = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_ID", "777"),
+            ("SLURM_STEP_ID", "2"),
+        ];
+        assert_eq!(
+            job_of(&srun, CodeSettings::default()),
+            (
+                PathBuf::from("gpuspan-runs/slurm-777.2/rank-1"),
+                Some("777.2".into())
+            )
+        );
+    }
+
+    #[test]
+    fn gpuspan_run_s_job_id_names_the_directory_when_no_launcher_does() {
+        // MPICH's Hydra gives its ranks no job id; `gpuspan run -- mpiexec ...` does.
+        let hydra = [
+            ("PMI_RANK", "1"),
+            ("MPI_LOCALRANKID", "1"),
+            ("PMI_SIZE", "2"),
+            ("GPUSPAN_JOB_ID", "20250102-030405-42"),
+        ];
+        assert_eq!(
+            job_of(&hydra, CodeSettings::default()),
+            (
+                PathBuf::from("gpuspan-runs/20250102-030405-42/rank-1"),
+                Some("20250102-030405-42".into())
+            )
+        );
+        // The launcher's id still comes first: one `gpuspan run` per node of one job.
+        let mut under_mpirun = hydra.to_vec();
+        under_mpirun.push(("OMPI_MCA_ess_base_jobid", "99"));
+        assert_eq!(
+            job_of(&under_mpirun, CodeSettings::default()),
+            (
+                PathBuf::from("gpuspan-runs/ompi-99/rank-1"),
+                Some("99".into())
+            )
+        );
+        // The job id set in code names the directory too; the run id set anywhere wins.
+        let code = CodeSettings {
+            job_id: Some("sweep-7".into()),
+            ..CodeSettings::default()
+        };
+        assert_eq!(
+            job_of(&hydra, code).0,
+            PathBuf::from("gpuspan-runs/sweep-7/rank-1")
+        );
+        let mut named = hydra.to_vec();
+        named.push(("GPUSPAN_RUN_ID", "mine"));
+        assert_eq!(
+            job_of(&named, CodeSettings::default()).0,
+            PathBuf::from("gpuspan-runs/mine/rank-1")
+        );
+    }
+
+    #[test]
+    fn none_and_blank_ids_are_no_ids_for_the_job_and_the_directory_alike() {
+        // torchrun's placeholder where a rendezvous has no id (a static rendezvous).
+        let torchrun = [
+            ("RANK", "1"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("TORCHELASTIC_RUN_ID", "none"),
+            ("SLURM_JOB_ID", " "),
+            ("GPUSPAN_JOB_ID", ""),
+        ];
+        let settings = with_env(&torchrun, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(settings.rank.job_id, None);
+        assert_ne!(settings.run_id, "none");
+        assert!(settings.run_id_is_own, "{}", settings.run_id);
+        assert!(
+            settings
+                .run_id
+                .ends_with(&format!("-{}", std::process::id())),
+            "a directory of this process's own: {}",
+            settings.run_id
+        );
+        let mut with_id = torchrun.to_vec();
+        with_id.push(("PMIX_NAMESPACE", "none"));
+        with_id.push(("OMPI_MCA_ess_base_jobid", ""));
+        with_id.retain(|(k, _)| *k != "GPUSPAN_JOB_ID");
+        with_id.push(("GPUSPAN_JOB_ID", "run-1"));
+        let settings = with_env(&with_id, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(settings.rank.job_id.as_deref(), Some("run-1"));
+        assert_eq!(
+            settings.run_dir(),
+            PathBuf::from("gpuspan-runs/run-1/rank-1")
+        );
+        assert!(!settings.run_id_is_own);
     }
 
     #[test]

@@ -237,7 +237,7 @@ pub(crate) const RUN_ID: Row<String> = Row::new(
     "run_id",
     one(&[GPUSPAN_RUN_ID]),
     RUN_IDS,
-    "TORCHELASTIC_RUN_ID, slurm-$SLURM_JOB_ID, else date-time-pid",
+    "the job's directory name (see job_id), else date-time-pid",
     text,
 )
 .checked(check_run_id);
@@ -245,7 +245,7 @@ pub(crate) const JOB_ID: Row<String> = Row::new(
     "job_id",
     one(&[GPUSPAN_JOB_ID]),
     "an id that every rank of the job shares",
-    "TORCHELASTIC_RUN_ID, else SLURM_JOB_ID, else this variable (gpuspan run sets it to its run id)",
+    "the launcher's (torchrun, Open MPI, PMIx, PMI, SLURM), else this variable (gpuspan run sets it to its run id)",
     text,
 );
 pub(crate) const ENDPOINT: Row<String> = Row::new(

@@ -52,9 +52,17 @@ pub(crate) const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 pub(crate) const GPUSPAN_RUN_DIR: &str = "GPUSPAN_RUN_DIR";
 /// The run's id.
 pub(crate) const GPUSPAN_RUN_ID: &str = "GPUSPAN_RUN_ID";
-/// Run ids set by launchers.
+/// Job ids set by launchers (see `config::job`): torchrun's rendezvous id, SLURM's job
+/// and step, Open MPI's job id and the key it draws for each job, a PMIx namespace, a
+/// PMI-1 key-value space.
 pub(crate) const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
 pub(crate) const SLURM_JOB_ID: &str = "SLURM_JOB_ID";
+pub(crate) const SLURM_STEP_ID: &str = "SLURM_STEP_ID";
+pub(crate) const OMPI_MCA_ESS_BASE_JOBID: &str = "OMPI_MCA_ess_base_jobid";
+pub(crate) const OMPI_MCA_ORTE_PRECONDITION_TRANSPORTS: &str =
+    "OMPI_MCA_orte_precondition_transports";
+pub(crate) const PMIX_NAMESPACE: &str = "PMIX_NAMESPACE";
+pub(crate) const PMI_KVSNAME: &str = "PMI_KVSNAME";
 /// The job id every rank shares when no launcher gives one (`gpuspan run` sets it).
 pub(crate) const GPUSPAN_JOB_ID: &str = "GPUSPAN_JOB_ID";
 /// Serve a Prometheus scrape endpoint.
@@ -97,6 +105,8 @@ pub(crate) const OMPI_COMM_WORLD_SIZE: &str = "OMPI_COMM_WORLD_SIZE";
 pub(crate) const PMI_RANK: &str = "PMI_RANK";
 pub(crate) const MPI_LOCALRANKID: &str = "MPI_LOCALRANKID";
 pub(crate) const PMI_SIZE: &str = "PMI_SIZE";
+/// The rank, as a PMIx launcher sets it.
+pub(crate) const PMIX_RANK: &str = "PMIX_RANK";
 
 /// The filter of the event (log) layer `install()` adds.
 pub(crate) const RUST_LOG: &str = "RUST_LOG";
@@ -139,6 +149,11 @@ pub(crate) const ALL: &[&str] = &[
     TORCHELASTIC_RUN_ID,
     GPUSPAN_JOB_ID,
     SLURM_JOB_ID,
+    SLURM_STEP_ID,
+    OMPI_MCA_ESS_BASE_JOBID,
+    OMPI_MCA_ORTE_PRECONDITION_TRANSPORTS,
+    PMIX_NAMESPACE,
+    PMI_KVSNAME,
     GPUSPAN_PROMETHEUS_ADDR,
     GPUSPAN_EXPORT_QUEUE,
     GPUSPAN_TIMELINE,
@@ -162,5 +177,6 @@ pub(crate) const ALL: &[&str] = &[
     PMI_RANK,
     MPI_LOCALRANKID,
     PMI_SIZE,
+    PMIX_RANK,
     RUST_LOG,
 ];

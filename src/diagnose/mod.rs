@@ -275,12 +275,18 @@ impl Diagnosis {
         (findings.marks.clone(), notes)
     }
 
-    /// Writes what the recorder still holds and stops its thread, waiting at most `bound`.
-    pub(crate) fn stop(&self, bound: std::time::Duration) {
+    /// Writes what the recorder still holds and stops its thread and the peers watcher,
+    /// waiting at most `bound` for both together (each is told first, then each is waited
+    /// for until the one deadline). Returns whether both stopped; a thread stuck in the file
+    /// system is left behind, with one line that says so.
+    pub(crate) fn stop(&self, bound: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + bound;
         if let Some(peers) = &self.peers {
-            peers.stop();
+            peers.tell_to_stop();
         }
-        self.recorder.stop(bound);
+        let written = self.recorder.stop_by(deadline);
+        let watched = self.peers.as_ref().is_none_or(|p| p.stop_by(deadline));
+        written && watched
     }
 }
 

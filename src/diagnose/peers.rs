@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opentelemetry::KeyValue;
 use serde::{Deserialize, Serialize};
@@ -117,10 +117,23 @@ pub(crate) struct Board {
 
 impl Board {
     /// The board of a job of several ranks: `<run root>/<run id>/alarms`; `None` for a
-    /// run of one process.
+    /// run of one process, and for a rank whose run directory is its own (no launcher named
+    /// the job), which says so in one line.
     pub(crate) fn for_run(settings: &Settings) -> Option<Self> {
         let rank = settings.rank.rank?;
-        if settings.rank.world_size? < 2 {
+        let world = settings.rank.world_size?;
+        if world < 2 {
+            return None;
+        }
+        if settings.run_id_is_own {
+            eprintln!(
+                "gpuspan: warning: rank {rank} of {world} has no job id from its launcher, so \
+                 its run directory {} is its own: no other rank hears when it runs out of \
+                 memory, nor it of theirs, and `gpuspan report` reads it as a job of one rank; \
+                 give every rank of the job the same {} (torchrun: --rdzv-id)",
+                settings.run_dir().display(),
+                crate::config::vars::GPUSPAN_JOB_ID,
+            );
             return None;
         }
         Some(Self {
@@ -220,11 +233,13 @@ impl Seen {
     }
 }
 
-/// The thread that reads the other ranks' alarms; stops when dropped.
+/// The thread that reads the other ranks' alarms; told to stop when dropped.
 #[derive(Debug)]
 pub(crate) struct Watcher {
     stop: Mutex<Option<Sender<()>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The job's alarm folder, for the line that says the thread is stuck there.
+    dir: PathBuf,
 }
 
 impl Watcher {
@@ -235,6 +250,7 @@ impl Watcher {
         told: impl Fn(u64, Vec<KeyValue>) + Send + 'static,
     ) -> std::io::Result<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
+        let dir = board.dir.clone();
         let mut seen = Seen {
             board,
             since_unix_nanos: crate::util::time::unix_nanos(std::time::SystemTime::now()),
@@ -260,21 +276,42 @@ impl Watcher {
         Ok(Self {
             stop: Mutex::new(Some(stop)),
             thread: Mutex::new(Some(thread)),
+            dir,
         })
     }
 
-    /// Reads the board once more and stops the thread.
-    pub(crate) fn stop(&self) {
+    /// Tells the thread to stop, without waiting: it stops within a poll, unless a read
+    /// of the job's directory holds it.
+    pub(crate) fn tell_to_stop(&self) {
         crate::util::sync::lock(&self.stop).take();
-        if let Some(thread) = crate::util::sync::lock(&self.thread).take() {
-            let _ = thread.join();
+    }
+
+    /// Stops the thread, waiting for it until `deadline` (see
+    /// [`join_by`](crate::background::join_by)): on a shared file system that stopped
+    /// answering, a read of the job's directory never returns. Returns whether the thread
+    /// stopped; if not, one line says so.
+    pub(crate) fn stop_by(&self, deadline: Instant) -> bool {
+        self.tell_to_stop();
+        let Some(thread) = crate::util::sync::lock(&self.thread).take() else {
+            return true;
+        };
+        if crate::background::join_by(thread, deadline) {
+            return true;
         }
+        eprintln!(
+            "gpuspan: warning: gave up waiting at shutdown for the thread that reads the other \
+             ranks' alarms: it is stuck reading {} (a shared file system that stopped \
+             answering?)",
+            self.dir.display()
+        );
+        false
     }
 }
 
 impl Drop for Watcher {
+    /// Tells the thread to stop and leaves it: a drop never waits on a file system.
     fn drop(&mut self) {
-        self.stop();
+        self.tell_to_stop();
     }
 }
 
@@ -322,6 +359,36 @@ mod tests {
         assert!(seen.poll().is_empty());
         board(dir.path(), 2).post(&alarm(2, 3_000)).unwrap();
         assert_eq!(seen.poll(), vec![alarm(2, 3_000)]);
+    }
+
+    #[test]
+    fn stopping_gives_up_at_its_deadline_on_a_watcher_stuck_reading_the_job_s_directory() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let board = board(dir.path(), 0);
+        std::fs::create_dir_all(&board.dir).unwrap();
+        // Another rank's alarm that is a FIFO: opening it for reading blocks until a writer
+        // opens it, as a read on a shared file system that stopped answering does. The
+        // watcher reads the board as soon as it starts, so it is stuck from its first poll.
+        let fifo = board.dir.join("rank-1-5.json");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let watcher = Watcher::start(board, |_, _| {}).expect("the watcher starts");
+
+        let (stopped, answer) = mpsc::channel();
+        let watcher = std::sync::Arc::new(watcher);
+        let stopping = std::sync::Arc::clone(&watcher);
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_millis(300);
+            let _ = stopped.send(stopping.stop_by(deadline));
+        });
+        let finished = answer
+            .recv_timeout(Duration::from_secs(10))
+            .expect("stop returned at its deadline while the watcher was stuck");
+        assert!(!finished, "stop says it gave up: nothing opened the FIFO");
+
+        // Let the stuck read go, so the test leaves no thread blocked behind.
+        std::fs::write(&fifo, b"{}").expect("the FIFO opens for writing");
     }
 
     #[test]

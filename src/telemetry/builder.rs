@@ -91,15 +91,17 @@ impl Builder {
         self
     }
 
-    /// `ml.run.id` and the run directory's name (else `GPUSPAN_RUN_ID`, else
-    /// `TORCHELASTIC_RUN_ID`, else `SLURM_JOB_ID`, else date, time and pid).
+    /// `ml.run.id` and the run directory's name (else `GPUSPAN_RUN_ID`, else the job's
+    /// directory, named after [`job_id`](Self::job_id) or the launcher's job, else date,
+    /// time and pid).
     pub fn run_id(mut self, id: impl Into<String>) -> Self {
         self.code.run_id = Some(id.into());
         self
     }
 
-    /// `ml.job.id`, which every rank of one job shares (else `TORCHELASTIC_RUN_ID`, else
-    /// `SLURM_JOB_ID`, else `GPUSPAN_JOB_ID`, which `gpuspan run` sets to its run id).
+    /// `ml.job.id`, which every rank of one job shares, and the job's directory (else the
+    /// launcher's: torchrun's, Open MPI's, a PMIx or PMI launcher's, SLURM's; else
+    /// `GPUSPAN_JOB_ID`, which `gpuspan run` sets to its run id).
     pub fn job_id(mut self, id: impl Into<String>) -> Self {
         self.code.job_id = Some(id.into());
         self

@@ -334,29 +334,23 @@ impl Recorder {
         }
     }
 
-    /// Writes what is queued and stops the writer thread, waiting at most `bound`: a file
-    /// system that hangs (a stale network mount) must not hang the program's exit. Returns
-    /// whether the writer finished; if not, it is left to finish or die with the process,
-    /// and one line says so.
-    pub(crate) fn stop(&self, bound: Duration) -> bool {
+    /// Writes what is queued and stops the writer thread, waiting for it until `deadline`
+    /// (see [`join_by`](crate::background::join_by)). Returns whether the writer finished;
+    /// if not, one line says so.
+    pub(crate) fn stop_by(&self, deadline: Instant) -> bool {
         lock(&self.writer).take();
         let Some(thread) = lock(&self.thread).take() else {
             return true;
         };
-        let deadline = Instant::now() + bound;
-        while !thread.is_finished() {
-            if Instant::now() >= deadline {
-                eprintln!(
-                    "gpuspan: warning: the near-OOM timeline writer did not finish within \
-                     {bound:?}; a file it was writing in {} may be incomplete",
-                    self.run_dir.display()
-                );
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
+        if crate::background::join_by(thread, deadline) {
+            return true;
         }
-        let _ = thread.join();
-        true
+        eprintln!(
+            "gpuspan: warning: gave up waiting for the near-OOM timeline writer at shutdown; \
+             a file it was writing in {} may be incomplete",
+            self.run_dir.display()
+        );
+        false
     }
 }
 
@@ -516,7 +510,7 @@ mod tests {
         let (stopped, answer) = mpsc::channel();
         let stopping = Arc::clone(&recorder);
         std::thread::spawn(move || {
-            let _ = stopped.send(stopping.stop(Duration::from_millis(300)));
+            let _ = stopped.send(stopping.stop_by(Instant::now() + Duration::from_millis(300)));
         });
         let finished = answer
             .recv_timeout(Duration::from_secs(10))
