@@ -7,9 +7,9 @@
 //! No server: the job's directory is shared by the ranks of one node, and by every node
 //! when the run directory is on a shared file system.
 //!
-//! Threading: alarms are posted from the near-OOM recorder's writer thread and read on
-//! `gpuspan-peers`, which polls the directory ten times a second; neither touches the
-//! training thread or the sampler.
+//! Threading: alarms are posted from the near-OOM recorder's writer thread (an
+//! out-of-memory error's from a thread of its own) and read on `gpuspan-peers`, which polls
+//! the directory ten times a second; neither touches the training thread or the sampler.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -141,6 +141,16 @@ impl Board {
             rank,
             host: crate::resource::host_name(),
         })
+    }
+
+    /// Rank `rank`'s place on the board in `dir`, for the recorder's tests.
+    #[cfg(test)]
+    pub(crate) fn in_dir(dir: PathBuf, rank: i64) -> Self {
+        Self {
+            dir,
+            rank,
+            host: None,
+        }
     }
 
     pub(crate) fn rank(&self) -> i64 {

@@ -1,14 +1,12 @@
 //! A finding's `near-oom-<time>.json`, built and written on the recorder's own thread.
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::ring::Snapshot;
 use crate::diagnose::open_spans::OpenSpan;
-use crate::diagnose::peers::{Alarm, Board};
 use crate::record::GpuId;
 
 /// What one finding writes: everything the file says, owned, so that the writer thread
@@ -30,11 +28,8 @@ pub(super) struct Job {
     pub(super) open: Vec<OpenSpan>,
     /// Shared by the findings of one tick.
     pub(super) ring: Arc<Snapshot>,
-    /// What the job's other ranks are told, in a job of several.
-    pub(super) alarm: Option<Alarm>,
     /// The warning line printed once the file is written.
     pub(super) warning: String,
-    pub(super) done: Option<SyncSender<()>>,
 }
 
 impl Job {
@@ -133,39 +128,19 @@ pub(super) struct DeviceColumn<'a> {
     pub(super) limit: Option<u64>,
 }
 
-/// Writes each job's file; first, in a job of several ranks, its alarm, which the other
-/// ranks are waiting to read.
-pub(super) fn write_jobs(jobs: &Receiver<Job>, board: Option<&Board>) {
-    for job in jobs {
-        if let (Some(board), Some(alarm)) = (board, &job.alarm) {
-            if let Err(error) = board.post(alarm) {
-                eprintln!(
-                    "gpuspan: warning: cannot tell the job's other ranks (alarm of rank {}): \
-                     {error}",
-                    alarm.rank
-                );
-            }
-        }
-        match write_job(&job) {
-            Ok(()) => eprintln!("{}", job.warning),
-            Err(error) => eprintln!(
-                "gpuspan: warning: cannot write {}: {error}",
-                job.path.display()
-            ),
-        }
-        if let Some(done) = job.done {
-            let _ = done.send(());
-        }
-    }
+/// Writes the file, with its folder if need be.
+pub(super) fn write_job(job: &Job) -> std::io::Result<()> {
+    write_job_to(job, &job.path)
 }
 
-pub(super) fn write_job(job: &Job) -> std::io::Result<()> {
+/// Writes what `job` says to `path`.
+pub(super) fn write_job_to(job: &Job, path: &std::path::Path) -> std::io::Result<()> {
     use std::io::Write as _;
-    if let Some(dir) = job.path.parent() {
+    if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let body = job.body();
-    let mut file = std::io::BufWriter::new(std::fs::File::create(&job.path)?);
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
     serde_json::to_writer(&mut file, &body)?;
     file.write_all(b"\n")?;
     // Written, not synced: the page cache outlives the process (what an out-of-memory

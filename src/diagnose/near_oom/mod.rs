@@ -7,21 +7,28 @@
 //! Threading: the sampler thread pushes each tick into the ring under its lock. A finding
 //! copies the ring's columns out under that lock (a few `memcpy`s) and hands the copy to
 //! the recorder's own thread, which builds and writes the JSON: sampling never waits for a
-//! file, and is not held back most exactly when memory is near its limit.
+//! file, and is not held back most exactly when memory is near its limit. The crossings of
+//! one tick are one batch for that thread, and a batch it has no room for is dropped (see
+//! `queue`). An out-of-memory error is written on a thread of its own, which the caller
+//! waits for: it never waits behind near-OOM files, and is never dropped.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
 
+#[cfg(test)]
+mod behind_a_slow_writer;
 mod file;
+mod queue;
 mod ring;
 
-use file::{write_jobs, Job};
+use file::Job;
+use queue::{write_batches, write_now, Batch, Queue, Writer};
 use ring::{rise_start, Ring, Snapshot};
 
 use super::counts::Counts;
@@ -55,7 +62,10 @@ pub(crate) struct Recorder {
     /// The devices, in sampler order (set once the sampler has started).
     device_ids: OnceLock<Vec<GpuId>>,
     run_dir: PathBuf,
-    writer: Mutex<Option<SyncSender<Job>>>,
+    /// The near-OOM batches waiting for the writer thread.
+    queue: Arc<Queue>,
+    /// What posts the alarms and writes the files, on that thread and an OOM's own.
+    writer: Arc<Writer>,
     thread: Mutex<Option<JoinHandle<()>>>,
     counts: Arc<Counts>,
     /// Files written so far, to keep names unique within a millisecond.
@@ -77,14 +87,31 @@ impl Recorder {
         counts: Arc<Counts>,
         board: Option<Board>,
     ) -> std::io::Result<Arc<Self>> {
-        let (sender, receiver) = mpsc::sync_channel::<Job>(8);
-        let posting = board.clone();
+        let writer = Writer::new(board.clone());
+        Self::start_with(
+            threshold, window, run_dir, open_spans, counts, board, writer,
+        )
+    }
+
+    /// [`start`](Self::start), with the writer given.
+    fn start_with(
+        threshold: f64,
+        window: Duration,
+        run_dir: PathBuf,
+        open_spans: Arc<OpenSpans>,
+        counts: Arc<Counts>,
+        board: Option<Board>,
+        writer: Writer,
+    ) -> std::io::Result<Arc<Self>> {
+        let queue = Arc::new(Queue::default());
+        let writer = Arc::new(writer);
+        let (waiting, writing, dir) = (Arc::clone(&queue), Arc::clone(&writer), run_dir.clone());
         let thread = std::thread::Builder::new()
             .name("gpuspan-near-oom".into())
             .spawn(move || {
                 // Writing a window of JSON takes a while: the sampler comes first.
                 crate::background::lowest_priority();
-                write_jobs(&receiver, posting.as_ref());
+                write_batches(&waiting, &writing, &dir);
             })?;
         let recorder = Arc::new(Self {
             ring: Mutex::new(Ring::new(
@@ -95,7 +122,8 @@ impl Recorder {
             pending: Mutex::new(Vec::new()),
             device_ids: OnceLock::new(),
             run_dir,
-            writer: Mutex::new(Some(sender)),
+            queue,
+            writer,
             thread: Mutex::new(Some(thread)),
             counts,
             written: AtomicU64::new(0),
@@ -123,8 +151,9 @@ impl Recorder {
         lock(&self.pending)
     }
 
-    /// The sampler took a reading: keep it, and check the threshold. A crossing copies the
-    /// ring out and leaves the file to the writer thread.
+    /// The sampler took a reading: keep it, and check the threshold. The devices that
+    /// crossed copy the ring out once and leave their files to the writer thread, as one
+    /// batch.
     fn on_tick(&self, tick: &Tick<'_>) {
         let mut ring = lock(&self.ring);
         ring.push(tick);
@@ -149,15 +178,37 @@ impl Recorder {
         }
         let snapshot = Arc::new(ring.snapshot());
         drop(ring);
+        let open = self.open_spans.open();
+        let fullest = crossed.iter().copied().max_by(|&a, &b| {
+            let full = |device| fullness(&snapshot, device).unwrap_or(0.0);
+            full(a).total_cmp(&full(b))
+        });
+        let alarm = fullest.and_then(|device| {
+            self.alarm(&snapshot, event::NEAR_OOM, device, tick.unix_nanos, &open)
+        });
+        let mut events = Vec::with_capacity(crossed.len());
+        let mut files = Vec::with_capacity(crossed.len());
         for device in crossed {
-            let _ = self.found(
+            let finding = self.finding(
                 &snapshot,
                 event::NEAR_OOM,
                 device,
                 tick.unix_nanos,
                 None,
-                false,
+                &open,
             );
+            events.push((finding.attributes, finding.name));
+            files.push(finding.job);
+        }
+        let queued = self.queue.offer(Batch {
+            alarm,
+            files,
+            done: None,
+        });
+        for (attributes, name) in events {
+            // A batch the writer had no room for names no file.
+            let timeline = queued.then_some(name);
+            self.report(event::NEAR_OOM, tick.unix_nanos, attributes, timeline);
         }
     }
 
@@ -204,45 +255,43 @@ impl Recorder {
         };
         let snapshot = Arc::new(ring.snapshot());
         drop(ring);
-        let finished = self.oom_finding(&snapshot, message);
-        // Waited for with the ring unlocked: the sampler keeps sampling meanwhile.
-        if let Some(finished) = finished {
-            let _ = finished.recv_timeout(Duration::from_secs(5));
-        }
-    }
-
-    fn oom_finding(&self, ring: &Arc<Snapshot>, message: &str) -> Option<Receiver<()>> {
         let now = crate::util::time::unix_nanos(SystemTime::now());
-        let device = (0..ring.devices())
-            .filter_map(|i| Some((i, ring.last_used(i)? as f64 / ring.total(i)?.max(1) as f64)))
+        let device = (0..snapshot.devices())
+            .filter_map(|i| Some((i, fullness(&snapshot, i)?)))
             .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(i, _)| i);
-        self.found(
-            ring,
-            event::OOM,
-            device.unwrap_or(0),
-            now,
-            Some(message),
-            true,
-        )
+            .map_or(0, |(i, _)| i);
+        let open = self.open_spans.open();
+        let finding = self.finding(&snapshot, event::OOM, device, now, Some(message), &open);
+        let alarm = self.alarm(&snapshot, event::OOM, device, now, &open);
+        self.report(event::OOM, now, finding.attributes, Some(finding.name));
+        let (done, finished) = mpsc::sync_channel(1);
+        write_now(
+            &self.writer,
+            Batch {
+                alarm,
+                files: vec![finding.job],
+                done: Some(done),
+            },
+        );
+        // Waited for with the ring unlocked: the sampler keeps sampling meanwhile.
+        let _ = finished.recv_timeout(OOM_WAIT);
     }
 
-    /// Records one finding: the pending span event, the count and the file. With `wait`,
-    /// returns what says the file is written.
-    fn found(
+    /// One device's finding: its event's attributes (all but the file's name), the file's
+    /// name, and what the file says.
+    fn finding(
         &self,
         ring: &Arc<Snapshot>,
         event: &'static str,
         device: usize,
         unix_nanos: u64,
         message: Option<&str>,
-        wait: bool,
-    ) -> Option<Receiver<()>> {
+        open: &[OpenSpan],
+    ) -> Finding {
         let used = ring.last_used(device);
         let limit = ring.total(device);
         let rise = rise_start(ring, device);
         let rise_span = rise.and_then(|(at, _)| self.open_spans.innermost_at(at));
-        let open = self.open_spans.open();
         let name = self.file_name(unix_nanos);
 
         let mut attributes: Vec<KeyValue> = device_attributes(self.device_id(device)).collect();
@@ -257,34 +306,6 @@ impl Recorder {
         if let Some(message) = message {
             attributes.push(KeyValue::new(attr::EXCEPTION_MESSAGE, message.to_owned()));
         }
-        attributes.push(KeyValue::new(attr::GPU_MEMORY_TIMELINE, name.clone()));
-        let alarm = self.board.as_ref().map(|board| Alarm {
-            rank: board.rank(),
-            host: board.host(),
-            event: event.to_owned(),
-            time_unix_nano: unix_nanos,
-            gpu: self.device_id(device),
-            epoch: innermost_index(&open, attr::ML_EPOCH),
-            step: innermost_index(&open, attr::ML_STEP),
-            peak: ring.peak(device),
-            limit,
-        });
-        let counter = self.counts.slot(event, &attributes);
-        self.wait_for_span(PendingEvent {
-            name: event,
-            unix_nanos,
-            attributes,
-        });
-        if let Some(counter) = counter {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-
-        let (done, finished) = if wait {
-            let (done, finished) = mpsc::sync_channel(1);
-            (Some(done), Some(finished))
-        } else {
-            (None, None)
-        };
         let what = match (message, used, limit) {
             (Some(message), _, _) => format!("out of memory ({message})"),
             (None, Some(used), Some(limit)) => format!(
@@ -313,15 +334,59 @@ impl Recorder {
             limit,
             rise,
             rise_span: rise_span.as_ref().map(OpenSpan::label),
-            open,
+            open: open.to_vec(),
             ring: Arc::clone(ring),
-            alarm,
-            done,
         };
-        let sent = lock(&self.writer)
-            .as_ref()
-            .is_some_and(|w| w.try_send(job).is_ok());
-        finished.filter(|_| sent)
+        Finding {
+            attributes,
+            name,
+            job,
+        }
+    }
+
+    /// What the job's other ranks are told of a finding on `device` (a job of several).
+    fn alarm(
+        &self,
+        ring: &Snapshot,
+        event: &'static str,
+        device: usize,
+        unix_nanos: u64,
+        open: &[OpenSpan],
+    ) -> Option<Alarm> {
+        self.board.as_ref().map(|board| Alarm {
+            rank: board.rank(),
+            host: board.host(),
+            event: event.to_owned(),
+            time_unix_nano: unix_nanos,
+            gpu: self.device_id(device),
+            epoch: innermost_index(open, attr::ML_EPOCH),
+            step: innermost_index(open, attr::ML_STEP),
+            peak: ring.peak(device),
+            limit: ring.total(device),
+        })
+    }
+
+    /// Counts a finding and leaves its event for the span open at its time; `timeline`
+    /// names its file, when it gets one.
+    fn report(
+        &self,
+        event: &'static str,
+        unix_nanos: u64,
+        mut attributes: Vec<KeyValue>,
+        timeline: Option<String>,
+    ) {
+        if let Some(name) = timeline {
+            attributes.push(KeyValue::new(attr::GPU_MEMORY_TIMELINE, name));
+        }
+        let counter = self.counts.slot(event, &attributes);
+        self.wait_for_span(PendingEvent {
+            name: event,
+            unix_nanos,
+            attributes,
+        });
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// `near-oom-YYYYMMDD-HHMMSS.mmm.json` (UTC), with a counter past the first.
@@ -338,13 +403,14 @@ impl Recorder {
     /// (see [`join_by`](crate::background::join_by)). Returns whether the writer finished;
     /// if not, one line says so.
     pub(crate) fn stop_by(&self, deadline: Instant) -> bool {
-        lock(&self.writer).take();
+        self.queue.close();
         let Some(thread) = lock(&self.thread).take() else {
             return true;
         };
         if crate::background::join_by(thread, deadline) {
             return true;
         }
+        self.queue.tell_dropped(&self.run_dir);
         eprintln!(
             "gpuspan: warning: gave up waiting for the near-OOM timeline writer at shutdown; \
              a file it was writing in {} may be incomplete",
@@ -352,6 +418,29 @@ impl Recorder {
         );
         false
     }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        // The writer thread writes what is queued and ends.
+        self.queue.close();
+    }
+}
+
+/// How long `record_oom` waits for its file: the process may be about to die, but a file
+/// system that hangs must not hang it.
+const OOM_WAIT: Duration = Duration::from_secs(5);
+
+/// One device's finding, before it is reported.
+struct Finding {
+    attributes: Vec<KeyValue>,
+    name: String,
+    job: Job,
+}
+
+/// How full `device` was at the ring's last reading, as a fraction of its total.
+fn fullness(ring: &Snapshot, device: usize) -> Option<f64> {
+    Some(ring.last_used(device)? as f64 / ring.total(device)?.max(1) as f64)
 }
 
 /// The index (`ml.epoch` or `ml.step`) of the innermost open span that has one.
@@ -497,15 +586,16 @@ mod tests {
             rise_span: None,
             open: Vec::new(),
             ring: Arc::default(),
-            alarm: None,
             warning: "written".into(),
-            done: None,
         };
-        lock(&recorder.writer)
-            .as_ref()
-            .expect("the writer is open")
-            .send(job)
-            .expect("the writer takes the job");
+        assert!(
+            recorder.queue.offer(Batch {
+                alarm: None,
+                files: vec![job],
+                done: None,
+            }),
+            "the writer takes the job"
+        );
 
         let (stopped, answer) = mpsc::channel();
         let stopping = Arc::clone(&recorder);
