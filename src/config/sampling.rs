@@ -3,42 +3,29 @@
 use super::layered::Env;
 use super::vars;
 
-/// How gpuspan's spans are sampled: always. The per-epoch summary, the leak rules, the
-/// batch-size fit and the peaks are computed from the spans that end, so a span sampled out
-/// would silently drop a step from all of them. Of `OTEL_TRACES_SAMPLER`, `always_on` and
-/// `parentbased_always_on` (the default) are taken; anything else is ignored, with one
-/// warning at start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Sampling {
-    /// Every span, whatever its parent decided (`always_on`).
-    AlwaysOn,
-    /// A root span is always sampled, a child follows its parent (`parentbased_always_on`).
-    ParentBasedAlwaysOn {
-        /// A sampler named in the environment and ignored (`name` or `name (arg)`).
-        ignored: Option<String>,
-    },
+/// How gpuspan's spans are sampled: always, whatever the parent decided. The per-epoch
+/// summary, the leak rules, the batch-size fit and the peaks are computed from the spans
+/// that end, so a span sampled out would silently drop a step from all of them; and a
+/// caller's trace flag 00 (a CI system's or a launcher's `TRACEPARENT`) would drop every
+/// span of the run. A span under a sampled-out parent keeps that parent's trace id and span
+/// id. Of `OTEL_TRACES_SAMPLER`, `always_on` and `parentbased_always_on` (the default, which
+/// only differs under a sampled-out parent) are taken without a word; anything else is
+/// ignored, with one warning at start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Sampling {
+    /// A sampler named in the environment and ignored (`name` or `name (arg)`).
+    ignored: Option<String>,
 }
 
 impl Sampling {
     /// The SDK sampler, always given so that the SDK does not read the variable itself.
     pub(crate) fn sampler(&self) -> opentelemetry_sdk::trace::Sampler {
-        use opentelemetry_sdk::trace::Sampler;
-        match self {
-            Sampling::AlwaysOn => Sampler::AlwaysOn,
-            Sampling::ParentBasedAlwaysOn { .. } => {
-                Sampler::ParentBased(Box::new(Sampler::AlwaysOn))
-            }
-        }
+        opentelemetry_sdk::trace::Sampler::AlwaysOn
     }
 
     /// The one warning line for an ignored sampler.
     pub(crate) fn warning(&self) -> Option<String> {
-        let Sampling::ParentBasedAlwaysOn {
-            ignored: Some(sampler),
-        } = self
-        else {
-            return None;
-        };
+        let sampler = self.ignored.as_ref()?;
         Some(format!(
             "gpuspan: warning: {var}={sampler} is ignored: gpuspan keeps every span, because \
              the peaks, the per-epoch summary, the leak rules and the batch-size fit need every \
@@ -52,26 +39,21 @@ impl Sampling {
 /// samples every span.
 pub(crate) fn sampling(env: Env<'_>) -> Sampling {
     let Some(sampler) = env.get(vars::OTEL_TRACES_SAMPLER) else {
-        return Sampling::ParentBasedAlwaysOn { ignored: None };
+        return Sampling::default();
     };
     let sampler = sampler.trim();
-    match sampler {
-        "always_on" => Sampling::AlwaysOn,
-        "parentbased_always_on" => Sampling::ParentBasedAlwaysOn { ignored: None },
-        _ => {
-            let shown = match env.get(vars::OTEL_TRACES_SAMPLER_ARG) {
-                Some(arg) if sampler.ends_with("traceidratio") => {
-                    format!(
-                        "{sampler} ({}={})",
-                        vars::OTEL_TRACES_SAMPLER_ARG,
-                        arg.trim()
-                    )
-                }
-                _ => sampler.to_owned(),
-            };
-            Sampling::ParentBasedAlwaysOn {
-                ignored: Some(shown),
+    let ignored = match sampler {
+        "always_on" | "parentbased_always_on" => None,
+        _ => Some(match env.get(vars::OTEL_TRACES_SAMPLER_ARG) {
+            Some(arg) if sampler.ends_with("traceidratio") => {
+                format!(
+                    "{sampler} ({}={})",
+                    vars::OTEL_TRACES_SAMPLER_ARG,
+                    arg.trim()
+                )
             }
-        }
-    }
+            _ => sampler.to_owned(),
+        }),
+    };
+    Sampling { ignored }
 }
