@@ -93,16 +93,15 @@ def init(**settings):
             "gpuspan.init(allocator=...) takes \"auto\", None, or an object with read() and "
             f"reset_peak() methods; got {choice!r}"
         )
-    # The core's signal handler flushes and then ends the process, before Python's own
-    # handlers run: Ctrl-C would not raise KeyboardInterrupt. In Python, the interpreter
-    # handles the signals instead, and the `with` blocks and the exit hook do the flushing.
+    # Ctrl-C stays Python's KeyboardInterrupt: the `with` blocks end the open spans and the
+    # exit hook flushes. SIGTERM is the core's (see _flush_on_sigterm).
     flush_on_signal = settings.pop("flush_on_signal", True)
     if not isinstance(flush_on_signal, bool):
         raise ValueError(f"gpuspan.init(flush_on_signal={flush_on_signal!r}): expected True or False")
     settings["flush_on_signal"] = False
     telemetry = _native.init(settings)
-    if flush_on_signal and telemetry.run_id is not None:  # None: disabled
-        _exit_on_sigterm()
+    if flush_on_signal:
+        _flush_on_sigterm(telemetry)
     first = _telemetry is None
     _telemetry = telemetry
     _root = _traceparent()
@@ -130,17 +129,15 @@ def _traceparent():
     return (trace_id, span_id, flags & 0xFF)
 
 
-def _exit_on_sigterm():
-    """SIGTERM raises SystemExit, as Ctrl-C raises KeyboardInterrupt, so that open spans
-    end and completed ones are flushed at exit; only where the program has no handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return
+def _flush_on_sigterm(telemetry):
+    """Where the program leaves SIGTERM to its default action, the core's signal thread
+    writes the completed spans out (for at most the export timeout) and then lets the
+    signal end the process, as it would without gpuspan: also when the program is stuck in
+    a C call, swallows every exception, or gets a second SIGTERM meanwhile. Nothing is
+    raised in the program. A handler of the program's, installed before or after, decides
+    alone (its exit flushes through the exit hook)."""
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _raise_system_exit)
-
-
-def _raise_system_exit(signum, frame):
-    raise SystemExit(128 + signum)
+        telemetry.flush_on_sigterm()
 
 
 def _is_allocator(obj):

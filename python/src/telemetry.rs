@@ -75,6 +75,16 @@ impl Telemetry {
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
+    /// Flushes on SIGTERM and then lets the signal do what it would without gpuspan (the
+    /// core's signal thread); SIGINT stays Python's `KeyboardInterrupt`.
+    fn flush_on_sigterm(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| match self.inner.lock().ok().as_deref() {
+            Some(Some(telemetry)) => telemetry.flush_on_sigterm(),
+            _ => Ok(()),
+        })
+        .map_err(init_error)
+    }
+
     /// Where diagnosis writes its files (near-OOM timelines, memory snapshots), also when
     /// spans go over OTLP.
     #[getter]

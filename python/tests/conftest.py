@@ -5,10 +5,12 @@ that decodes what it gets with opentelemetry-proto."""
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -110,19 +112,27 @@ def _json_value(value):
 
 
 class Receiver:
-    """An OTLP/HTTP receiver on 127.0.0.1: keeps every span it is sent, decoded."""
+    """An OTLP/HTTP receiver on 127.0.0.1: keeps every span it is sent, decoded. With
+    ``stall`` (seconds) it answers each span export that much later, and keeps its spans
+    only if the sender is still there to be answered: a sender that died while waiting
+    delivered nothing."""
 
     def __init__(self):
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
         self.spans = []
         self.resources = []
+        self.stall = 0.0
         self._lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path == "/v1/traces" and receiver.stall:
+                    time.sleep(receiver.stall)
+                    if _peer_closed(self.connection):
+                        return
                 if self.path == "/v1/traces":
                     request = trace_service_pb2.ExportTraceServiceRequest()
                     request.ParseFromString(body)
@@ -155,6 +165,16 @@ class Receiver:
     def named(self, name):
         with self._lock:
             return [s for s in self.spans if s.name == name]
+
+
+def _peer_closed(connection):
+    """Whether the other end of a socket has closed it (or died)."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def attributes(span):

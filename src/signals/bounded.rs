@@ -114,6 +114,47 @@ pub(super) fn wait_for_flushes(bound: Duration) {
     }
 }
 
+/// Shutdowns under way (`Telemetry::shutdown`, or a drop on the way out): a signal's flush
+/// waits for them instead of racing them, so that the default action that follows it does
+/// not end the process halfway through the exit's own export.
+static SHUTDOWNS: Mutex<usize> = Mutex::new(0);
+static SHUTDOWN_ENDED: Condvar = Condvar::new();
+
+/// Marks a shutdown under way until dropped.
+#[derive(Debug)]
+pub(crate) struct ShutdownUnderWay(());
+
+impl ShutdownUnderWay {
+    pub(crate) fn begin() -> Self {
+        *SHUTDOWNS.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        Self(())
+    }
+}
+
+impl Drop for ShutdownUnderWay {
+    fn drop(&mut self) {
+        let mut under_way = SHUTDOWNS.lock().unwrap_or_else(|p| p.into_inner());
+        *under_way = under_way.saturating_sub(1);
+        SHUTDOWN_ENDED.notify_all();
+    }
+}
+
+/// Blocks while a shutdown is under way, but never longer than `bound`.
+pub(super) fn wait_for_shutdowns(bound: Duration) {
+    let deadline = Instant::now() + bound;
+    let mut under_way = SHUTDOWNS.lock().unwrap_or_else(|p| p.into_inner());
+    while *under_way > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left == Duration::ZERO {
+            break;
+        }
+        under_way = match SHUTDOWN_ENDED.wait_timeout(under_way, left) {
+            Ok((guard, _)) => guard,
+            Err(poisoned) => poisoned.into_inner().0,
+        };
+    }
+}
+
 extern "C" fn wait_at_exit() {
     // Unwinding out of an `extern "C"` function aborts: keep any panic in here.
     let bound = Duration::from_millis(EXIT_BOUND_MS.load(Ordering::SeqCst));
@@ -169,6 +210,27 @@ mod tests {
             outcome,
             Outcome::Done(vec!["metrics: connection refused".into()])
         );
+    }
+
+    #[test]
+    fn a_signal_s_flush_waits_for_the_shutdown_under_way_or_its_bound() {
+        let shutdown = ShutdownUnderWay::begin();
+        let ends = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(shutdown);
+        });
+        let waited = Instant::now();
+        wait_for_shutdowns(Duration::from_secs(30));
+        let took = waited.elapsed();
+        ends.join().unwrap();
+        assert!(took >= Duration::from_millis(150) && took < Duration::from_secs(5));
+
+        // One that never ends: the wait ends at the bound.
+        let _stuck = ShutdownUnderWay::begin();
+        let waited = Instant::now();
+        wait_for_shutdowns(Duration::from_millis(200));
+        let took = waited.elapsed();
+        assert!(took >= Duration::from_millis(150) && took < Duration::from_secs(5));
     }
 
     #[test]

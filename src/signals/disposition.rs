@@ -51,8 +51,9 @@ static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 /// The process that installed the handler: a child made by `fork` inherits the handler but
 /// not the flusher thread, so there the handler steps aside.
 static OWNER: AtomicI32 = AtomicI32::new(0);
-/// Set while the flusher exports after a signal: a second signal whose default action
-/// applies then ends the process at once (a second Ctrl-C does not wait).
+/// Set while the flusher exports after a signal: a second SIGINT whose default action
+/// applies then ends the process at once (a second Ctrl-C does not wait); a second SIGTERM
+/// leaves the flush to end in the default action.
 pub(super) static FLUSHING: AtomicBool = AtomicBool::new(false);
 
 fn slot(signal: c_int) -> Option<&'static OnceLock<Previous>> {
@@ -186,10 +187,11 @@ extern "C" fn handler(signal: c_int, info: *mut siginfo_t, context: *mut c_void)
             // SAFETY: the address was a handler installed with these flags; it is called
             // the way the kernel would have called it.
             unsafe { call(previous, signal, info, context) };
-        } else if forked || flushing {
-            // A forked child has no flusher, and a second signal during the flush should
+        } else if forked || (flushing && signal == libc::SIGINT) {
+            // A forked child has no flusher, and a second Ctrl-C during the flush should
             // not wait for it: act as if gpuspan were not there. The raised signal stays
-            // blocked until this handler returns, then takes its default course.
+            // blocked until this handler returns, then takes its default course. A second
+            // SIGTERM is left to the flush under way, which ends in the default action.
             raise_default(signal);
         }
     }

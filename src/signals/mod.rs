@@ -7,7 +7,11 @@
 //!
 //! - **No handler of the program's**: the flush runs, then the signal's default action
 //!   follows: the process ends, killed by that signal (exit status 128 + signal in a shell).
-//!   A second signal during the flush ends the process at once.
+//!   A second SIGINT during the flush ends the process at once (a person pressing Ctrl-C
+//!   again); a second SIGTERM does not cut the flush short, since launchers send it twice
+//!   as a matter of course (to a process and to its group) and the flush is bounded.
+//!   If the program is shutting gpuspan down on its way out when the signal comes, the
+//!   flush waits for that shutdown to deliver what is left before the default action.
 //! - **A handler installed before gpuspan's** (with `sigaction`, `signal`, signal-hook,
 //!   Python's `signal.signal`, a framework): gpuspan's handler asks for the flush, then
 //!   calls it, with the signature and mask it was installed with, and the process goes on;
@@ -35,6 +39,8 @@
 mod bounded;
 mod disposition;
 
+pub(crate) use bounded::ShutdownUnderWay;
+
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::sync::{Mutex, OnceLock};
@@ -50,6 +56,10 @@ use bounded::{Job, Outcome};
 /// How long a flush on a signal may take when nothing is exported over OTLP: writing the run
 /// directory is local and quick.
 pub(crate) const LOCAL_FLUSH_BOUND: Duration = Duration::from_secs(5);
+
+/// What a shutdown may take beyond the export timeout: a second for the ended spans to
+/// settle, and the local bound for the near-OOM files.
+const SHUTDOWN_SLACK: Duration = Duration::from_secs(1 + LOCAL_FLUSH_BOUND.as_secs());
 
 /// The longest a flush on a signal may take under `settings`: the larger OTLP export
 /// timeout of the two signals, or [`LOCAL_FLUSH_BOUND`] when neither goes over OTLP.
@@ -82,6 +92,25 @@ pub(crate) fn flush_on_signal(
     meter: SdkMeterProvider,
     bound: Duration,
 ) -> std::io::Result<()> {
+    flush_on(&disposition::SIGNALS, tracer, meter, bound)
+}
+
+/// As [`flush_on_signal`], on SIGTERM only: for a runtime that turns SIGINT into an
+/// exception of its own and flushes on its way out (Python's `KeyboardInterrupt`).
+pub(crate) fn flush_on_sigterm(
+    tracer: SdkTracerProvider,
+    meter: SdkMeterProvider,
+    bound: Duration,
+) -> std::io::Result<()> {
+    flush_on(&[libc::SIGTERM], tracer, meter, bound)
+}
+
+fn flush_on(
+    signals: &[libc::c_int],
+    tracer: SdkTracerProvider,
+    meter: SdkMeterProvider,
+    bound: Duration,
+) -> std::io::Result<()> {
     bounded::wait_at_exit_for_flushes(bound);
     *TARGET.lock().unwrap_or_else(|p| p.into_inner()) = Some(Target {
         tracer,
@@ -89,7 +118,7 @@ pub(crate) fn flush_on_signal(
         bound,
     });
     if FLUSHER.get().is_some() {
-        return Ok(());
+        return install(signals);
     }
     let (mut wakes, wake) = UnixStream::pair()?;
     wake.set_nonblocking(true)?;
@@ -104,10 +133,14 @@ pub(crate) fn flush_on_signal(
     // The write end lives as long as the process: the handler may use it at any time.
     let fd = std::os::fd::IntoRawFd::into_raw_fd(wake);
     disposition::set_wake_fd(fd);
-    for signal in disposition::SIGNALS {
+    let _ = FLUSHER.set(());
+    install(signals)
+}
+
+fn install(signals: &[libc::c_int]) -> std::io::Result<()> {
+    for &signal in signals {
         disposition::install(signal)?;
     }
-    let _ = FLUSHER.set(());
     Ok(())
 }
 
@@ -118,9 +151,9 @@ fn on_signal(signal: libc::c_int) {
         .unwrap_or_else(|p| p.into_inner())
         .as_ref()
         .map(|t| (t.tracer.clone(), t.meter.clone(), t.bound));
+    let covered = bounded::covering();
+    disposition::FLUSHING.store(true, std::sync::atomic::Ordering::SeqCst);
     if let Some((tracer, meter, bound)) = target {
-        disposition::FLUSHING.store(true, std::sync::atomic::Ordering::SeqCst);
-        let covered = bounded::covering();
         let jobs: Vec<(&'static str, Job)> = vec![
             (
                 "traces",
@@ -132,8 +165,6 @@ fn on_signal(signal: libc::c_int) {
             ),
         ];
         let outcome = bounded::run_within(bound, jobs);
-        bounded::finished(covered);
-        disposition::FLUSHING.store(false, std::sync::atomic::Ordering::SeqCst);
         if let Outcome::TimedOut(pending) = outcome {
             eprintln!(
                 "gpuspan: {}: exporting {} did not finish within {bound:?} (the export \
@@ -142,8 +173,15 @@ fn on_signal(signal: libc::c_int) {
                 pending.join(" and "),
             );
         }
+        // A program exiting meanwhile is delivering what is left: the default action waits.
+        bounded::wait_for_shutdowns(bound + SHUTDOWN_SLACK);
     }
+    // Ends the process unless the program handles the signal. Until then an exit waits
+    // (`bounded::wait_at_exit_for_flushes`), so that a program ending on its own at this
+    // moment still ends by the signal, as it would without gpuspan.
     disposition::default_action_if_unhandled(signal);
+    disposition::FLUSHING.store(false, std::sync::atomic::Ordering::SeqCst);
+    bounded::finished(covered);
 }
 
 fn name(signal: libc::c_int) -> &'static str {

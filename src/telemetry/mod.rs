@@ -271,6 +271,30 @@ impl Telemetry {
         Ok(())
     }
 
+    /// Flushes the completed spans and the metrics on SIGTERM, then lets the signal do what
+    /// it would without gpuspan (see [`Builder::flush_on_signal`]), leaving SIGINT alone:
+    /// for a runtime that turns SIGINT into an exception of its own and flushes on its way
+    /// out, as the Python package does with `KeyboardInterrupt`. For telemetry built with
+    /// `flush_on_signal(false)`; nothing when disabled.
+    ///
+    /// # Errors
+    /// [`InitError::Thread`] when the flushing thread cannot start.
+    #[doc(hidden)]
+    pub fn flush_on_sigterm(&self) -> Result<(), InitError> {
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        crate::signals::flush_on_sigterm(
+            inner.tracer_provider.clone(),
+            inner.meter_provider.clone(),
+            crate::signals::flush_bound(&inner.settings),
+        )
+        .map_err(|source| InitError::Thread {
+            what: "signal",
+            source,
+        })
+    }
+
     /// Flushes, stops the sampler and exporters, and prints the run directory's summary.
     ///
     /// # Errors

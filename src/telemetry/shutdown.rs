@@ -18,6 +18,8 @@ impl Inner {
     }
 
     pub(super) fn shutdown(mut self: Box<Self>) -> Result<(), ShutdownError> {
+        // A SIGTERM that comes now ends the process after this, not halfway through it.
+        let _under_way = crate::signals::ShutdownUnderWay::begin();
         let timeout = self.export_timeout();
         // New spans stop being tracked, and metric exports stop retrying.
         self.sampler.shared().close();

@@ -1,5 +1,8 @@
-"""Ctrl-C raises KeyboardInterrupt in the program as usual, and SIGTERM raises SystemExit:
-either way the open spans end (with the error) and every span reaches the run directory."""
+"""Ctrl-C raises KeyboardInterrupt in the program as usual, and a SIGTERM handler of the
+program's own (installed before ``gpuspan.init()`` or after it) decides what SIGTERM does:
+either way the open spans end (with the error) and every span reaches the run directory.
+(Without a handler, SIGTERM ends the program by the signal: see
+test_sigterm_ends_a_python_program_by_the_signal_once_its_spans_are_flushed.py.)"""
 
 import signal
 import subprocess
@@ -9,10 +12,17 @@ import pytest
 from conftest import clean_env, read_spans
 
 SCRIPT = """
-import sys, time
+import signal, sys, time
 import gpuspan
 
+def on_sigterm(signum, frame):
+    sys.exit(7)
+
+if "{handler}" == "before":
+    signal.signal(signal.SIGTERM, on_sigterm)
 telemetry = gpuspan.init(run_id="r", summary=False)
+if "{handler}" == "after":
+    signal.signal(signal.SIGTERM, on_sigterm)
 try:
     with gpuspan.epoch(0):
         for step in range(10_000):
@@ -26,15 +36,18 @@ except KeyboardInterrupt:
 
 
 @pytest.mark.parametrize(
-    "signum, returncode, said, status",
+    "signum, handler, returncode, said, status",
     [
-        (signal.SIGINT, 0, "KeyboardInterrupt", "KeyboardInterrupt"),
-        (signal.SIGTERM, 128 + signal.SIGTERM, "", "SystemExit: 143"),
+        (signal.SIGINT, "none", 0, "KeyboardInterrupt", "KeyboardInterrupt"),
+        (signal.SIGTERM, "before", 7, "", "SystemExit: 7"),
+        (signal.SIGTERM, "after", 7, "", "SystemExit: 7"),
     ],
 )
-def test_a_signal_ends_the_spans_and_keeps_them(tmp_path, fake_nvml, signum, returncode, said, status):
+def test_a_signal_ends_the_spans_and_keeps_them(
+    tmp_path, fake_nvml, signum, handler, returncode, said, status
+):
     proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT],
+        [sys.executable, "-c", SCRIPT.format(handler=handler)],
         cwd=tmp_path,
         env=clean_env(GPUSPAN_NVML_LIB=fake_nvml),
         stdout=subprocess.PIPE,
