@@ -1,50 +1,35 @@
-//! Under `gpuspan run`, the command shares gpuspan's process group, so a Ctrl-C typed at
-//! the terminal reaches it directly: gpuspan must not pass on a second SIGINT (Python would
-//! raise `KeyboardInterrupt` twice). A SIGINT sent to gpuspan alone (`kill -INT <pid>`)
-//! still reaches the command, once.
+//! Under `gpuspan run`, a SIGINT reaches the command exactly once however it is sent: typed
+//! at the terminal (Ctrl-C), sent to gpuspan's pid, or sent to gpuspan's whole process
+//! group (as job runners, supervisors and `kill -INT -<pgid>` do), with a terminal or
+//! without one. Python raises `KeyboardInterrupt` for each SIGINT it gets, so a second one
+//! would land in the program's own clean-up. The command's own children get it too, once,
+//! as they do from a Ctrl-C.
 #![cfg(feature = "collect")]
 
 use gpuspan_test_support as support;
 
-use std::ffi::CStr;
-use std::fs::File;
-use std::io::Write;
-use std::os::fd::FromRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use support::fake_nvml::FakeNvml;
+use support::terminal::{without_a_terminal, Pty, COUNTER, CTRL_C};
 
-/// Counts the SIGINTs the process is sent, by the bytes Python's C-level handler writes to
-/// the wakeup fd (one per delivered signal, so two in a row are never merged into one
-/// Python handler call). It says it is ready through a file, waits until one second after
-/// the first SIGINT, writes the count, and exits with 7.
-const COUNTER: &str = r#"
-import os, select, signal, sys, time
-r, w = os.pipe()
-os.set_blocking(w, False)
-signal.set_wakeup_fd(w)
-signal.signal(signal.SIGINT, lambda *_: None)
-open("ready", "w").close()
-count, first = 0, None
-deadline = time.monotonic() + 30
-while time.monotonic() < deadline and (first is None or time.monotonic() < first + 1.0):
-    if select.select([r], [], [], 0.05)[0]:
-        for b in os.read(r, 64):
-            if b == signal.SIGINT:
-                count += 1
-                first = first or time.monotonic()
-with open("count", "w") as f:
-    f.write(str(count))
-sys.exit(7)
+/// A command that starts the counter as a child of its own and passes on its exit code; it
+/// ignores SIGINT itself (the counter sets its own handler).
+const PARENT_OF_COUNTER: &str = r#"
+import signal, subprocess, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+sys.exit(subprocess.call([sys.executable, "-c", sys.argv[1]]))
 "#;
 
-fn gpuspan_run(dir: &Path, fake: &FakeNvml) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gpuspan"));
-    command
-        .args(["run", "--", "python3", "-c", COUNTER])
+fn gpuspan_run(dir: &Path, fake: &FakeNvml, command: &[&str]) -> Command {
+    let mut gpuspan = Command::new(env!("CARGO_BIN_EXE_gpuspan"));
+    gpuspan
+        .arg("run")
+        .arg("--")
+        .args(command)
         .current_dir(dir)
         .env("GPUSPAN_NVML_LIB", fake.path())
         .env("GPUSPAN_RUN_DIR", dir.join("runs"))
@@ -55,12 +40,16 @@ fn gpuspan_run(dir: &Path, fake: &FakeNvml) -> Command {
     // been started with SIGINT ignored (a shell without job control), which the child
     // would inherit.
     unsafe {
-        command.pre_exec(|| {
+        gpuspan.pre_exec(|| {
             libc::signal(libc::SIGINT, libc::SIG_DFL);
             Ok(())
         });
     }
-    command
+    gpuspan
+}
+
+fn counter(dir: &Path, fake: &FakeNvml) -> Command {
+    gpuspan_run(dir, fake, &["python3", "-c", COUNTER])
 }
 
 fn wait_for_file(path: &Path, child: &mut Child) {
@@ -72,6 +61,15 @@ fn wait_for_file(path: &Path, child: &mut Child) {
         assert!(Instant::now() < deadline, "the command never got ready");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The state letter of a process (`T` when stopped), from /proc.
+fn state(pid: libc::pid_t) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("gone")
+        .to_owned()
 }
 
 fn wait_with_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
@@ -88,95 +86,106 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
     }
 }
 
-/// A pseudo-terminal: the master (the terminal's side) and the slave's path.
-fn open_pty() -> (File, String) {
-    // SAFETY: plain libc calls on a descriptor we own; ptsname_r writes into our buffer.
-    unsafe {
-        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-        assert!(
-            master >= 0,
-            "posix_openpt: {}",
-            std::io::Error::last_os_error()
-        );
-        assert_eq!(libc::grantpt(master), 0);
-        assert_eq!(libc::unlockpt(master), 0);
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
-        let slave = CStr::from_ptr(name.as_ptr()).to_str().unwrap().to_owned();
-        (File::from_raw_fd(master), slave)
+/// How SIGINT is sent to gpuspan once the command is ready.
+#[derive(Clone, Copy)]
+enum Sent {
+    /// Ctrl-C typed at the terminal.
+    CtrlC,
+    /// `kill -INT <gpuspan's pid>`.
+    ToThePid,
+    /// `kill -INT -<gpuspan's process group>`.
+    ToTheGroup,
+}
+
+/// Starts `gpuspan` (in a new session, with the pty as its controlling terminal or with
+/// none), sends SIGINT as `sent` says once the command is ready, and returns how many
+/// SIGINTs the counter saw, with gpuspan's exit code.
+fn count_sigints(mut gpuspan: Command, dir: &Path, terminal: bool, sent: Sent) -> (String, i32) {
+    let pty = Pty::open();
+    if terminal {
+        pty.session_leader(&mut gpuspan);
+    } else {
+        gpuspan
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        without_a_terminal(&mut gpuspan);
     }
+    let mut child = gpuspan.spawn().unwrap();
+    drop(gpuspan);
+    let output = terminal.then(|| pty.drain());
+    wait_for_file(&dir.join("ready"), &mut child);
+    let pid = child.id() as libc::pid_t;
+    // gpuspan is held stopped while the signal is sent, as a busy machine may hold it: a
+    // SIGINT the command got directly is then handled before any gpuspan passes on, and two
+    // cannot merge into one while pending.
+    support::signalled::send(pid, libc::SIGSTOP);
+    while state(pid) != "T" {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    match sent {
+        Sent::CtrlC => pty.type_key(CTRL_C),
+        // gpuspan leads its session, so its group's id is its pid.
+        Sent::ToThePid => support::signalled::send(pid, libc::SIGINT),
+        Sent::ToTheGroup => support::signalled::send(-pid, libc::SIGINT),
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    support::signalled::send(pid, libc::SIGCONT);
+    let status = wait_with_timeout(&mut child, Duration::from_secs(60));
+    let count = std::fs::read_to_string(dir.join("count")).unwrap_or_default();
+    // Once every process holding the terminal has ended, reading it fails and the drain ends.
+    let output = output.map(|o| o.join().unwrap()).unwrap_or_default();
+    assert_eq!(status.code(), Some(7), "gpuspan's exit code; {output}");
+    (count, status.code().unwrap_or(-1))
+}
+
+fn once(terminal: bool, sent: Sent) {
+    let fake = FakeNvml::build();
+    let dir = tempfile::tempdir().unwrap();
+    let (count, _) = count_sigints(counter(dir.path(), &fake), dir.path(), terminal, sent);
+    assert_eq!(count, "1", "SIGINTs the command saw");
 }
 
 #[test]
 fn ctrl_c_typed_at_the_terminal_reaches_the_command_once() {
-    let fake = FakeNvml::build();
-    let dir = tempfile::tempdir().unwrap();
-    let (mut master, slave_path) = open_pty();
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&slave_path)
-        .unwrap();
-    let mut command = gpuspan_run(dir.path(), &fake);
-    command
-        .stdin(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::from(slave.try_clone().unwrap()))
-        .stderr(Stdio::from(slave));
-    // A new session whose controlling terminal is the pty, as a login shell's: gpuspan and
-    // the command are its foreground process group.
-    // SAFETY: setsid and ioctl are async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut gpuspan = command.spawn().unwrap();
-    drop(command);
-    // The terminal's output is drained so that no write to it can block.
-    let mut reader = master.try_clone().unwrap();
-    let drain = std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = std::io::Read::read(&mut reader, &mut buf) {
-            if n == 0 {
-                break;
-            }
-            seen.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8_lossy(&seen).into_owned()
-    });
-    wait_for_file(&dir.path().join("ready"), &mut gpuspan);
-    // Ctrl-C: the line discipline sends SIGINT to the terminal's foreground process group.
-    master.write_all(&[0x03]).unwrap();
-    let status = wait_with_timeout(&mut gpuspan, Duration::from_secs(30));
-    let count = std::fs::read_to_string(dir.path().join("count")).unwrap();
-    // Once every process holding the terminal has ended, reading it fails and the drain ends.
-    let output = drain.join().unwrap();
-    drop(master);
-    assert_eq!(
-        count, "1",
-        "SIGINTs the command saw; terminal output: {output}"
-    );
-    assert_eq!(status.code(), Some(7), "the command's exit code; {output}");
+    once(true, Sent::CtrlC);
 }
 
 #[test]
-fn a_sigint_sent_to_gpuspan_alone_reaches_the_command_once() {
+fn a_sigint_sent_to_gpuspan_s_pid_at_a_terminal_reaches_the_command_once() {
+    once(true, Sent::ToThePid);
+}
+
+#[test]
+fn a_sigint_sent_to_gpuspan_s_process_group_at_a_terminal_reaches_the_command_once() {
+    once(true, Sent::ToTheGroup);
+}
+
+#[test]
+fn a_sigint_sent_to_gpuspan_s_pid_without_a_terminal_reaches_the_command_once() {
+    once(false, Sent::ToThePid);
+}
+
+#[test]
+fn a_sigint_sent_to_gpuspan_s_process_group_without_a_terminal_reaches_the_command_once() {
+    once(false, Sent::ToTheGroup);
+}
+
+/// The command's children are in its process group, as a Ctrl-C finds them: a SIGINT
+/// gpuspan passes on reaches them too, once.
+#[test]
+fn a_sigint_passed_on_reaches_the_command_s_children_once() {
     let fake = FakeNvml::build();
     let dir = tempfile::tempdir().unwrap();
-    let mut gpuspan = gpuspan_run(dir.path(), &fake)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_file(&dir.path().join("ready"), &mut gpuspan);
-    support::signalled::send(gpuspan.id() as i32, libc::SIGINT);
-    let status = wait_with_timeout(&mut gpuspan, Duration::from_secs(30));
-    let count = std::fs::read_to_string(dir.path().join("count")).unwrap();
-    assert_eq!(count, "1", "SIGINTs the command saw");
-    assert_eq!(status.code(), Some(7), "the command's exit code");
+    for sent in [Sent::ToThePid, Sent::ToTheGroup] {
+        let _ = std::fs::remove_file(dir.path().join("ready"));
+        let _ = std::fs::remove_file(dir.path().join("count"));
+        let gpuspan = gpuspan_run(
+            dir.path(),
+            &fake,
+            &["python3", "-c", PARENT_OF_COUNTER, COUNTER],
+        );
+        let (count, _) = count_sigints(gpuspan, dir.path(), false, sent);
+        assert_eq!(count, "1", "SIGINTs the command's child saw");
+    }
 }

@@ -30,6 +30,7 @@ mod collector;
 mod decode;
 mod enrich;
 mod forward;
+mod job;
 mod pipeline;
 mod run;
 mod server;

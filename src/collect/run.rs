@@ -15,11 +15,11 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 
-use signal_hook::iterator::exfiltrator::WithRawSiginfo;
-
 use super::enrich::Enriched;
+use super::job::Job;
 use super::{CollectError, CollectStats, Collector};
 use crate::names::{attribute as attr, span as span_name};
+use crate::signals::forward;
 use crate::Protocol;
 
 /// How a command run under the collector ended.
@@ -39,8 +39,17 @@ pub struct RunOutcome {
 ///
 /// The child gets `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_EXPORTER_OTLP_PROTOCOL` (both
 /// protocols are answered on the one port), `OTEL_SERVICE_NAME` from the command where
-/// unset, and `TRACEPARENT` naming the `run` span. SIGINT, SIGQUIT and SIGTERM sent to
-/// gpuspan are passed on to it; a Ctrl-C typed at the terminal reaches it directly, once.
+/// unset, and `TRACEPARENT` naming the `run` span.
+///
+/// The command runs as a shell with job control runs a job: in a process group of its own,
+/// which gets the terminal while it runs when an interactive shell started gpuspan as a job
+/// in the foreground (gpuspan leads its group, and that group holds the terminal). A Ctrl-C
+/// typed at the terminal then reaches the command's group directly; SIGINT, SIGQUIT and
+/// SIGTERM sent to gpuspan, to its pid or to its whole group, are passed on to the
+/// command's group. Either way each process there gets the signal once. A Ctrl-Z stops the
+/// command and then gpuspan's own group (so the shell sees its job stopped); continuing
+/// gpuspan continues the command. Once the command has ended, the three signals have again
+/// the dispositions they had before the call (by default, they end the process).
 ///
 /// # Errors
 /// The collector could not start, or the command could not be started.
@@ -88,24 +97,29 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
         // is what `gpu.process.memory.*` is looked up by.
         child.env("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "otel,process");
     }
-    // Handlers before the child exists, so a signal sent as soon as it starts is passed on
+    // Caught before the command exists, so a signal sent as soon as it starts is passed on
     // rather than ending gpuspan.
-    let signals = catch_signals();
+    let catching = forward::Catching::start().ok();
     let start = unix_now();
-    let mut child = child.spawn().map_err(|source| CollectError::Command {
+    let mut job = Job::start(&mut child).map_err(|source| CollectError::Command {
         program: program.to_string_lossy().into_owned(),
         source,
     })?;
-    let pid = child.id();
+    let pid = job.pid();
     collector.timelines().follow_tree(pid);
-    let forwarding = signals.and_then(|signals| forward_signals(signals, pid));
-    let status = child.wait();
+    let target = catching
+        .as_ref()
+        .map(|catching| catching.forward_to(pid as libc::pid_t));
+    let ended = job.wait_for_end();
     let end = unix_now();
+    // While the command is not yet collected, its group's id cannot be reused: the terminal
+    // goes back to gpuspan's group, then the signals to the course they had, so a Ctrl-C
+    // during the drain below is gpuspan's (by default, it ends it).
+    job.take_back();
+    drop(target);
+    drop(catching);
+    let status = ended.and_then(|()| job.reap());
     drop(bootstrap);
-    if let Some((handle, thread)) = forwarding {
-        handle.close();
-        let _ = thread.join();
-    }
     let (exit_code, how) = match &status {
         Ok(status) => exit_of(status),
         Err(e) => (1, format!("could not be waited for ({e})")),
@@ -232,70 +246,6 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
         stats,
         summary,
     })
-}
-
-/// The caught signals, each with its `siginfo_t` (who sent it).
-type CaughtSignals = signal_hook::iterator::SignalsInfo<WithRawSiginfo>;
-
-/// Catches SIGINT, SIGQUIT and SIGTERM from now on.
-fn catch_signals() -> Option<CaughtSignals> {
-    use signal_hook::consts::{SIGINT, SIGQUIT, SIGTERM};
-    CaughtSignals::new([SIGINT, SIGQUIT, SIGTERM]).ok()
-}
-
-/// Passes the caught signals on to `pid` until the handle is closed, except those the
-/// command got already.
-///
-/// The command stays in gpuspan's process group (so it can read the terminal), so a Ctrl-C
-/// or Ctrl-\ typed at the terminal reaches both: the kernel's line discipline sends it to
-/// the whole foreground group. Such a signal comes from the kernel (`SI_KERNEL`, no sender
-/// pid) and is not passed on while the command is still in gpuspan's group, else the command
-/// would get it twice (Python raises `KeyboardInterrupt` twice). A signal a process sent
-/// (`kill`, `SI_USER` with its pid) is passed on: it was sent to gpuspan alone. A process
-/// that signals the whole group (`kill -INT -<pgid>`) reaches the command directly and
-/// through gpuspan, so the command may see that signal twice (once when the two arrive
-/// before it handles the first): signal gpuspan's pid instead.
-fn forward_signals(
-    mut signals: CaughtSignals,
-    pid: u32,
-) -> Option<(signal_hook::iterator::Handle, std::thread::JoinHandle<()>)> {
-    let handle = signals.handle();
-    let thread = std::thread::Builder::new()
-        .name("gpuspan-signals".into())
-        .spawn(move || {
-            for info in signals.forever() {
-                if from_the_terminal(&info) && in_our_group(pid) {
-                    continue;
-                }
-                // SAFETY: kill has no memory effects; a pid that has exited is an error we
-                // can ignore.
-                unsafe {
-                    libc::kill(pid as libc::pid_t, info.si_signo);
-                }
-            }
-        })
-        .ok()?;
-    Some((handle, thread))
-}
-
-/// A signal the kernel generated, as the terminal's line discipline does for Ctrl-C, rather
-/// than one a process sent.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn from_the_terminal(info: &libc::siginfo_t) -> bool {
-    info.si_code == libc::SI_KERNEL
-}
-
-/// Elsewhere the kernel's own code is not known: every signal is passed on.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn from_the_terminal(_: &libc::siginfo_t) -> bool {
-    false
-}
-
-/// Whether `pid` is still in gpuspan's process group (a command may move to its own).
-fn in_our_group(pid: u32) -> bool {
-    // SAFETY: plain queries with no memory effects.
-    let (theirs, ours) = unsafe { (libc::getpgid(pid as libc::pid_t), libc::getpgrp()) };
-    theirs == ours
 }
 
 fn exit_of(status: &std::process::ExitStatus) -> (i32, String) {

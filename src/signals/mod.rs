@@ -38,6 +38,8 @@
 
 mod bounded;
 mod disposition;
+#[cfg(feature = "collect")]
+pub(crate) mod forward;
 
 pub(crate) use bounded::ShutdownUnderWay;
 

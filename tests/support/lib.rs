@@ -24,6 +24,7 @@ pub mod scripted;
 pub mod servers;
 pub mod setup;
 pub mod signalled;
+pub mod terminal;
 
 /// The repository root, where the test data and scripts are.
 pub fn repo_root() -> &'static Path {
