@@ -43,7 +43,8 @@ def model_bytes(optimizer):
     the meta device, nothing. A tensor whose memory cannot be located (a fake tensor, a
     subclass that cannot say what it wraps) counts ``numel() * element_size()``. Memory a
     parameter shares with its gradient or the optimizer's state is in each figure it
-    belongs to."""
+    belongs to. The optimizer's state counts the tensors in its lists and dicts too
+    (LBFGS's history)."""
     import torch
 
     wraps = _wrapper_check()
@@ -55,9 +56,22 @@ def model_bytes(optimizer):
                 grads.add(param.grad)
     for values in optimizer.state.values():
         for value in values.values() if isinstance(values, dict) else ():
-            if isinstance(value, torch.Tensor):
-                state.add(value)
+            for tensor in _tensors_in(value, torch.Tensor):
+                state.add(tensor)
     return {PARAMS: params.total(), GRADS: grads.total(), OPTIMIZER_STATE: state.total()}
+
+
+def _tensors_in(value, tensor_type):
+    """The tensors of one optimizer state entry: the entry itself, or those in its lists,
+    tuples and dicts (LBFGS keeps its history in lists)."""
+    if isinstance(value, tensor_type):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item, tensor_type)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item, tensor_type)
 
 
 class _Ranges:

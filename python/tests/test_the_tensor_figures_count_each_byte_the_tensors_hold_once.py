@@ -216,3 +216,29 @@ def test_a_tensor_whose_memory_cannot_be_read_counts_its_elements_and_spoils_not
         state = {}
 
     assert model_bytes(Optimizer())[PARAMS] == (25 + 10) * FLOAT
+
+
+def test_state_kept_in_lists_counts_every_tensor_in_them():
+    # LBFGS keeps its history (directions, steps, their products) in lists of tensors: the
+    # bulk of its state.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(100, 100)
+    optimizer = torch.optim.LBFGS(model.parameters(), history_size=10, max_iter=5)
+    inputs = torch.randn(8, 100)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(inputs).pow(2).sum()
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        optimizer.step(closure)
+    (state,) = optimizer.state.values()
+    history = state["old_dirs"] + state["old_stps"]
+    assert len(history) >= 2, "the history holds directions and steps"
+    tensors = [v for v in state.values() if isinstance(v, torch.Tensor)]
+    tensors += [t for v in state.values() if isinstance(v, list) for t in v
+                if isinstance(t, torch.Tensor)]
+    expected = sum(t.numel() * t.element_size() for t in tensors)
+    assert model_bytes(optimizer)[OPTIMIZER_STATE] == expected
