@@ -75,10 +75,17 @@ enum Command {
         /// The largest request accepted, in bytes (compressed and decompressed).
         #[arg(long, default_value_t = crate::collect::DEFAULT_MAX_REQUEST_BYTES)]
         max_request_bytes: usize,
-        /// The bound of the forward queue, in bytes of decoded requests; past it requests
-        /// are refused with HTTP 503 / gRPC UNAVAILABLE, which OTLP exporters retry.
+        /// The bound of the forward queue, in bytes of decoded requests (their spans' GPU
+        /// memory figures included): what is being decoded, waits and is being sent. Past
+        /// it requests are refused with HTTP 503 / gRPC UNAVAILABLE, which OTLP exporters
+        /// retry; a request that alone would hold more gets HTTP 413 / gRPC
+        /// RESOURCE_EXHAUSTED.
         #[arg(long, default_value_t = crate::collect::DEFAULT_MAX_QUEUE_BYTES)]
         max_queue_bytes: usize,
+        /// Requests read, decompressed and decoded at once; more wait their turn. Each
+        /// holds up to twice --max-request-bytes (its body, decompressed) besides the queue.
+        #[arg(long, default_value_t = crate::collect::DEFAULT_MAX_CONCURRENT_REQUESTS)]
+        max_concurrent_requests: usize,
     },
     /// Runs a command with a collector on a free local port: its OpenTelemetry spans get GPU
     /// memory, and a `run` span covers the command. Returns the command's exit code.
@@ -177,7 +184,14 @@ where
             http,
             max_request_bytes,
             max_queue_bytes,
-        } => collect(grpc.0, http.0, max_request_bytes, max_queue_bytes),
+            max_concurrent_requests,
+        } => collect(
+            grpc.0,
+            http.0,
+            max_request_bytes,
+            max_queue_bytes,
+            max_concurrent_requests,
+        ),
         #[cfg(feature = "collect")]
         Command::Run { protocol, command } => {
             return match crate::collect::run(&command, protocol) {
@@ -492,6 +506,7 @@ fn collect(
     http: Option<std::net::SocketAddr>,
     max_request_bytes: usize,
     max_queue_bytes: usize,
+    max_concurrent_requests: usize,
 ) -> Result<(), CommandError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals =
@@ -501,6 +516,7 @@ fn collect(
         .http_addr(http)
         .max_request_bytes(max_request_bytes)
         .max_queue_bytes(max_queue_bytes)
+        .max_concurrent_requests(max_concurrent_requests)
         .start()?;
     let listening: Vec<String> = [
         ("gRPC", collector.grpc_addr()),

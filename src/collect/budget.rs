@@ -1,7 +1,10 @@
 //! The forward queue's admission rule: room in bytes of decoded requests (see
-//! [`super::size`]). A request holds its share from the moment it is accepted until it is
-//! sent or given up, so what waits, and what is being sent, never holds more than the bound;
-//! a request that finds no room is refused (the receiver answers "retry later").
+//! [`super::size`]). A request takes room for what decoding it will allocate before it is
+//! decoded ([`super::bound`]), keeps what it holds once decoded and given its memory
+//! figures, and holds it until it is sent or given up; so what is being decoded, what
+//! waits and what is being sent never hold more than the bound. A request that finds no
+//! room is refused (the receiver answers "retry later"); one larger than the whole bound
+//! is refused for good (too large).
 //!
 //! Threading: the receiver's handlers take room on any runtime thread; the room goes back
 //! wherever the request is dropped (the export queue's thread, or a send task).
@@ -17,6 +20,15 @@ pub(crate) struct Budget {
     total: usize,
 }
 
+/// Why room was not given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoRoom {
+    /// More than the whole bound: it never fits.
+    TooLarge,
+    /// Not now: the queue holds too much.
+    Full,
+}
+
 impl Budget {
     pub(crate) fn new(total: usize) -> Self {
         let total = total.clamp(1, Semaphore::MAX_PERMITS);
@@ -26,16 +38,28 @@ impl Budget {
         }
     }
 
-    /// Room for a request of `bytes`, or `None` when the queue is too full for it. A request
-    /// larger than the whole bound takes all of it, so it is accepted when the queue is empty.
-    pub(crate) fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        let share = bytes.min(self.total).min(u32::MAX as usize) as u32;
-        Arc::clone(&self.room).try_acquire_many_owned(share).ok()
-    }
-
-    /// Bytes free now.
-    pub(crate) fn free(&self) -> usize {
-        self.room.available_permits()
+    /// Room for `bytes`, if the queue has that much free.
+    pub(crate) fn take(&self, bytes: usize) -> Result<Room, NoRoom> {
+        if bytes > self.total {
+            return Err(NoRoom::TooLarge);
+        }
+        let mut held = Arc::clone(&self.room)
+            .try_acquire_many_owned(0)
+            .map_err(|_| NoRoom::Full)?;
+        let mut left = bytes;
+        while left > 0 {
+            // A semaphore hands out at most `u32::MAX` permits at a time.
+            let part = left.min(u32::MAX as usize);
+            let more = Arc::clone(&self.room)
+                .try_acquire_many_owned(part as u32)
+                .map_err(|_| NoRoom::Full)?;
+            held.merge(more);
+            left -= part;
+        }
+        Ok(Room {
+            held,
+            budget: self.clone(),
+        })
     }
 
     /// The bound.
@@ -44,17 +68,59 @@ impl Budget {
     }
 }
 
+/// Room held in the queue's bound, resized as what it holds is known better.
+#[derive(Debug)]
+pub(crate) struct Room {
+    held: OwnedSemaphorePermit,
+    budget: Budget,
+}
+
+impl Room {
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.held.num_permits()
+    }
+
+    /// Holds `bytes`: gives back what is held beyond, or takes what is missing (keeping
+    /// what it held when that is not free).
+    pub(crate) fn resize(&mut self, bytes: usize) -> Result<(), NoRoom> {
+        let held = self.bytes();
+        if bytes <= held {
+            drop(self.held.split(held - bytes));
+            return Ok(());
+        }
+        if bytes > self.budget.total {
+            return Err(NoRoom::TooLarge);
+        }
+        let more = self.budget.take(bytes - held)?;
+        self.held.merge(more.into_permit());
+        Ok(())
+    }
+
+    fn into_permit(self) -> OwnedSemaphorePermit {
+        self.held
+    }
+}
+
 /// A request in the queue with the room it holds (none for the collector's own `run` span,
 /// which must never be refused). Dropping it frees the request, then gives its room back.
 #[derive(Debug)]
 pub(crate) struct Held<R: Default> {
     request: R,
-    room: Option<OwnedSemaphorePermit>,
+    room: Option<Room>,
 }
 
 impl<R: Default> Held<R> {
-    pub(crate) fn new(request: R, room: Option<OwnedSemaphorePermit>) -> Self {
+    pub(crate) fn new(request: R, room: Option<Room>) -> Self {
         Self { request, room }
+    }
+
+    /// Holds `bytes` from now on, what the request was measured to hold; room it cannot
+    /// get is not taken (the request is already in the queue).
+    pub(crate) fn settle(&mut self, bytes: usize) {
+        if let Some(room) = &mut self.room {
+            let _ = room.resize(bytes);
+        }
     }
 
     pub(crate) fn request(&self) -> &R {
@@ -69,7 +135,7 @@ impl<R: Default> Held<R> {
 impl<R: Default> Drop for Held<R> {
     fn drop(&mut self) {
         drop(std::mem::take(&mut self.request));
-        let freed = self.room.take().map_or(0, |room| room.num_permits());
+        let freed = self.room.take().map_or(0, |room| room.bytes());
         give_back_memory(freed);
     }
 }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    CollectError, Collector, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR, DEFAULT_MAX_QUEUE_BYTES,
-    DEFAULT_MAX_REQUEST_BYTES,
+    CollectError, Collector, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR, DEFAULT_MAX_CONCURRENT_REQUESTS,
+    DEFAULT_MAX_QUEUE_BYTES, DEFAULT_MAX_REQUEST_BYTES,
 };
 use crate::config::CodeSettings;
 
@@ -18,6 +18,7 @@ pub struct CollectorBuilder {
     pub(super) http: Option<SocketAddr>,
     pub(super) max_request_bytes: usize,
     pub(super) max_queue_bytes: usize,
+    pub(super) max_concurrent_requests: usize,
     pub(super) service_name: String,
     pub(super) code: CodeSettings,
 }
@@ -29,6 +30,7 @@ impl Default for CollectorBuilder {
             http: DEFAULT_HTTP_ADDR.parse().ok(),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_queue_bytes: DEFAULT_MAX_QUEUE_BYTES,
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
             service_name: "gpuspan-collect".into(),
             code: CodeSettings::default(),
         }
@@ -55,10 +57,20 @@ impl CollectorBuilder {
     }
 
     /// The bound of the forward queue, in bytes of decoded requests (default
-    /// [`DEFAULT_MAX_QUEUE_BYTES`]). A request larger than the bound is accepted only into
-    /// an empty queue.
+    /// [`DEFAULT_MAX_QUEUE_BYTES`]): what requests being decoded, waiting and being sent
+    /// hold, their spans' memory figures included. A request that would hold more than the
+    /// whole bound is refused as too large (HTTP 413, gRPC `RESOURCE_EXHAUSTED`).
     pub fn max_queue_bytes(mut self, bytes: usize) -> Self {
         self.max_queue_bytes = bytes.max(1);
+        self
+    }
+
+    /// Requests read, decompressed and decoded at once (default
+    /// [`DEFAULT_MAX_CONCURRENT_REQUESTS`], at least 1); more wait their turn. Each holds
+    /// its body and its decompressed body, up to [`max_request_bytes`](Self::max_request_bytes)
+    /// each, besides the queue's bound.
+    pub fn max_concurrent_requests(mut self, requests: usize) -> Self {
+        self.max_concurrent_requests = requests.max(1);
         self
     }
 

@@ -153,11 +153,12 @@ impl Collector {
             .map_err(CollectError::Runtime)?;
         let forwarding = Arc::new(forwarding);
         let (stop, _) = watch::channel(false);
-        let intake = server::Intake {
-            forwarding: Arc::clone(&forwarding),
-            budget: Budget::new(options.max_queue_bytes),
-            limit: options.max_request_bytes,
-        };
+        let intake = server::Intake::new(
+            Arc::clone(&forwarding),
+            Budget::new(options.max_queue_bytes),
+            options.max_request_bytes,
+            options.max_concurrent_requests,
+        );
         let router = server::router(intake);
         let mut servers = Vec::new();
         let mut bound = [None, None];

@@ -6,7 +6,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use crate::figures::{device_keys, Number, SpanFigures, Triple, TRACED};
+use crate::figures::{device_keys, Number, SpanFigures, Triple};
 use crate::names::attribute as attr;
 use crate::record::GpuId;
 use crate::timeline::store::WindowMax;
@@ -25,9 +25,11 @@ pub(crate) struct Enriched {
 }
 
 /// Attribute keys made once.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Enricher {
     source: String,
+    /// Devices whose memory is summed into the figures.
+    devices: usize,
     /// `gpu.<i>.memory.start` / `.end` / `.peak` per device, with several devices.
     device_keys: Vec<[String; 3]>,
 }
@@ -77,8 +79,45 @@ impl Enricher {
         };
         Self {
             source: source.to_owned(),
+            devices: device_ids.len(),
             device_keys,
         }
+    }
+
+    /// The most bytes enrichment adds to one span: every figure present, each an attribute
+    /// with a key of its own, in a vector grown by exactly what is added. What the forward
+    /// queue holds room for, for each span that may get figures.
+    pub(crate) fn most_per_span(&self) -> usize {
+        if self.devices == 0 {
+            return 0;
+        }
+        let all = Triple::new(Some(1), Some(1), Some(1));
+        let figures = SpanFigures {
+            gpu: all,
+            devices: if self.devices > 1 {
+                vec![all; self.devices]
+            } else {
+                Vec::new()
+            },
+            process_gpu: all,
+            samples: Some(1),
+            resolution_ns: Some(1),
+            process_resolution_ns: Some(1),
+            ..SpanFigures::default()
+        };
+        let mut attributes = Vec::new();
+        self.append(&figures, &mut attributes);
+        super::size::attributes(&attributes)
+    }
+
+    /// Whether `span` may get figures: it carries none, and it does not end before the
+    /// timelines' first sample (a span that does never gets any).
+    pub(crate) fn may_enrich(&self, span: &Span, timelines: &Timelines) -> bool {
+        self.devices > 0
+            && !carries_figures(span)
+            && timelines
+                .earliest()
+                .is_none_or(|first| span.end_time_unix_nano.max(span.start_time_unix_nano) >= first)
     }
 
     /// Enriches every span of a request in place.
@@ -111,11 +150,7 @@ impl Enricher {
         timelines: &Timelines,
         counts: &mut Enriched,
     ) {
-        if span
-            .attributes
-            .iter()
-            .any(|kv| kv.key.starts_with(attr::GPU_MEMORY_PREFIX))
-        {
+        if carries_figures(span) {
             counts.passed += 1;
             return;
         }
@@ -152,8 +187,16 @@ impl Enricher {
             process_resolution_ns: process_resolution,
             ..SpanFigures::default()
         };
-        let out = &mut span.attributes;
-        out.reserve(TRACED.len() + 3 + 3 * self.device_keys.len());
+        self.append(&figures, &mut span.attributes);
+    }
+
+    /// Appends the attributes of `figures` to `out`, growing it by exactly as many (the
+    /// forward queue counts on it, see [`Self::most_per_span`]).
+    fn append(&self, figures: &SpanFigures, out: &mut Vec<KeyValue>) {
+        let devices = figures
+            .device_numbers()
+            .filter(|(device, _, _)| *device < self.device_keys.len());
+        out.reserve_exact(figures.numbers().count() + 1 + devices.count());
         out.extend(
             figures
                 .numbers()
@@ -168,5 +211,90 @@ impl Enricher {
                 out.push(key_value(&keys[figure], Value::IntValue(value)));
             }
         }
+    }
+}
+
+/// Whether a span already carries memory figures (its sender measured them itself).
+fn carries_figures(span: &Span) -> bool {
+    span.attributes
+        .iter()
+        .any(|kv| kv.key.starts_with(attr::GPU_MEMORY_PREFIX))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::collect::size;
+    use crate::collect::testing::{request_of, step_span};
+    use crate::timeline::Tick;
+
+    /// Timelines of `devices` devices with samples from 1000 to 2000 ns.
+    fn timelines(devices: u32) -> (Enricher, Timelines) {
+        let ids: Vec<GpuId> = (0..devices).map(GpuId::gpu).collect();
+        let timelines = Timelines::new(ids.clone(), Duration::from_nanos(100));
+        let used = vec![Some(1 << 30); devices as usize];
+        for t in (1000..=2000).step_by(100) {
+            timelines.record(&Tick::of_devices(t, &used), None, 0);
+        }
+        (Enricher::new("nvml", &ids), timelines)
+    }
+
+    fn span_with(attributes: usize, spare: usize) -> Span {
+        let mut span = step_span();
+        span.start_time_unix_nano = 1200;
+        span.end_time_unix_nano = 1800;
+        span.attributes = Vec::with_capacity(attributes + spare);
+        span.attributes.extend((0..attributes).map(|i| {
+            key_value(&format!("attribute.{i}"), Value::IntValue(i as i64))
+        }));
+        span
+    }
+
+    /// What enrichment adds to a span is never more than the room the forward queue holds
+    /// for it, with one device and with eight, whatever the span's attributes' capacity.
+    #[test]
+    fn what_a_span_gets_fits_the_room_held_for_it() {
+        for devices in [1, 2, 8] {
+            let (enricher, timelines) = timelines(devices);
+            let most = enricher.most_per_span();
+            for (attributes, spare) in [(0, 0), (1, 0), (4, 0), (3, 1), (6, 10), (64, 0)] {
+                let mut request = request_of(vec![span_with(attributes, spare)]);
+                let before = size::traces(&request);
+                let done = enricher.request(&mut request, &timelines);
+                assert_eq!(done.enriched, 1);
+                let added = size::traces(&request) - before;
+                assert!(
+                    added <= most,
+                    "{devices} devices, {attributes} attributes: {added} added, {most} held"
+                );
+                assert!(added > 0);
+            }
+            eprintln!("{devices} devices: at most {most} bytes a span");
+        }
+        let (enricher, _) = timelines(0);
+        assert_eq!(enricher.most_per_span(), 0);
+    }
+
+    /// A span that ended before the first sample, or carries its own figures, gets none,
+    /// and no room is held for it.
+    #[test]
+    fn spans_that_get_no_figures_are_known_before() {
+        let (enricher, timelines) = timelines(2);
+        let mut early = span_with(1, 0);
+        early.start_time_unix_nano = 10;
+        early.end_time_unix_nano = 900;
+        let mut measured = span_with(1, 0);
+        measured
+            .attributes
+            .push(key_value(attr::GPU_MEMORY_PEAK, Value::IntValue(1)));
+        let now = span_with(1, 0);
+        assert!(!enricher.may_enrich(&early, &timelines));
+        assert!(!enricher.may_enrich(&measured, &timelines));
+        assert!(enricher.may_enrich(&now, &timelines));
+        let mut request = request_of(vec![early, measured]);
+        let done = enricher.request(&mut request, &timelines);
+        assert_eq!(done.enriched, 0);
     }
 }

@@ -10,9 +10,15 @@
 //! Requests wait for the forward target in a queue bounded in bytes of decoded requests
 //! ([`DEFAULT_MAX_QUEUE_BYTES`], [`CollectorBuilder::max_queue_bytes`]). A decoded request
 //! is several times its protobuf size, so each is measured as decoded (every vector's and
-//! string's capacity). A request that does not fit is refused with HTTP 503 and
-//! `Retry-After`, or gRPC `UNAVAILABLE`, which OTLP exporters retry; it is counted in
-//! [`CollectStats::requests_refused`]. [`queued_bytes`] gives a request's share.
+//! string's capacity), with the memory figures its spans will get. Before a request is
+//! decoded, what decoding it will allocate is read from its body and taken from the bound:
+//! a request that does not fit now is refused with HTTP 503 and `Retry-After`, or gRPC
+//! `UNAVAILABLE`, which OTLP exporters retry (counted in
+//! [`CollectStats::requests_refused`]); one larger than the whole bound is refused with
+//! HTTP 413 or gRPC `RESOURCE_EXHAUSTED` (counted in [`CollectStats::requests_rejected`]).
+//! A few requests are read and decoded at once ([`DEFAULT_MAX_CONCURRENT_REQUESTS`],
+//! [`CollectorBuilder::max_concurrent_requests`]). [`queued_bytes`] gives a request's share
+//! as decoded.
 //!
 //! Forwarding goes through the same export queue as the SDK's spans (retry with
 //! exponential backoff, exact accounting): the byte bound is the admission rule in front of
@@ -24,6 +30,7 @@
 #[cfg(feature = "__bench")]
 mod bench;
 mod bootstrap;
+mod bound;
 mod budget;
 mod builder;
 mod collector;
@@ -60,9 +67,13 @@ pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:4317";
 pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:4318";
 /// The default largest request body, compressed or decompressed.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 << 20;
-/// The default bound of the forward queue, in bytes of decoded requests (256 MiB): what
-/// waits for the forward target and what is being sent. A 16 MiB request of small spans is
-/// 100 to 140 MiB once decoded; an SDK's batch of 512 spans is well under 1 MiB.
+/// The default number of requests read, decompressed and decoded at once; more wait their
+/// turn.
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 2;
+/// The default bound of the forward queue, in bytes of decoded requests (256 MiB): what is
+/// being decoded, waits for the forward target and is being sent, the spans' memory
+/// figures included. A 16 MiB request of small spans is 100 to 140 MiB once decoded; an
+/// SDK's batch of 512 spans is well under 4 MiB with its figures.
 pub const DEFAULT_MAX_QUEUE_BYTES: usize = 256 << 20;
 
 /// Why the collector could not start or stop cleanly.
@@ -137,10 +148,33 @@ pub struct CollectStats {
     pub metric_requests_dropped: u64,
     /// Requests answered with an error (malformed, too large, wrong content type).
     pub requests_rejected: u64,
-    /// Requests refused because the forward queue was full (HTTP 503 with `Retry-After`,
-    /// gRPC `UNAVAILABLE`). Their senders keep and resend them, so their spans are not
+    /// Requests refused because the forward queue was full, or every decoding slot stayed
+    /// busy (HTTP 503 with `Retry-After`, gRPC `UNAVAILABLE`). Their senders keep and resend them, so their spans are not
     /// counted as received.
     pub requests_refused: u64,
+}
+
+/// The bytes the receiver expects decoding `body` to allocate at most (OTLP/JSON or
+/// protobuf, a trace or a metrics export request), found before decoding it; `None` when it
+/// is not one. Not part of the API (feature `__bench`): for the test that holds it against
+/// what decoding allocates.
+#[cfg(feature = "__bench")]
+#[doc(hidden)]
+pub fn __decoded_bound(json: bool, traces: bool, body: &[u8]) -> Option<usize> {
+    let format = if json {
+        decode::Format::Json
+    } else {
+        decode::Format::Protobuf
+    };
+    let foreseen = if traces {
+        bound::traces(format, body, usize::MAX)
+    } else {
+        bound::metrics(format, body, usize::MAX)
+    };
+    match foreseen.ok()? {
+        bound::Foreseen::AtMost(bytes) => Some(bytes),
+        bound::Foreseen::Over(_) => None,
+    }
 }
 
 /// Bytes a decoded trace request holds, as the forward queue counts it against

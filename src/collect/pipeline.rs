@@ -10,17 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use tokio::sync::OwnedSemaphorePermit;
-
-use super::budget::Held;
+use super::budget::{Held, Room};
 use super::enrich::Enricher;
 use super::forward::{span_count, Forward, Forwarded, OpenError, Queued};
 use super::timeline::Timelines;
 use super::CollectStats;
 use crate::export::health::ExportHealth;
 use crate::export::queue::{Accept, Queue, QueueConfig, Transport};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 /// What the collector counts besides the queues' own accounting.
 #[derive(Debug, Default)]
@@ -61,6 +59,9 @@ impl Accept for Enrichment {
             let c = &self.counters;
             c.spans_enriched.fetch_add(done.enriched, Ordering::Relaxed);
             c.spans_passed.fetch_add(done.passed, Ordering::Relaxed);
+            // Its room was taken for every figure it may get: keep what it holds.
+            let holds = super::size::traces(held.request());
+            held.settle(holds);
         }
         Arc::new(held)
     }
@@ -141,6 +142,10 @@ pub(crate) struct Forwarding {
     traces_health: Arc<ExportHealth>,
     metrics_health: Arc<ExportHealth>,
     pub(crate) counters: Arc<Counters>,
+    /// What enrichment may add to a received trace request, see [`Self::enrichment`].
+    enricher: Enricher,
+    timelines: Arc<Timelines>,
+    most_per_span: usize,
 }
 
 impl Forwarding {
@@ -154,9 +159,10 @@ impl Forwarding {
         let counters = Arc::new(Counters::default());
         let traces_health = Arc::new(ExportHealth::new(traces.to_owned(), "span"));
         let metrics_health = Arc::new(ExportHealth::new(metrics.to_owned(), "metric request"));
+        let most_per_span = enricher.most_per_span();
         let enrichment = Enrichment {
-            enricher,
-            timelines,
+            enricher: enricher.clone(),
+            timelines: Arc::clone(&timelines),
             counters: Arc::clone(&counters),
         };
         let traces = Queue::start(
@@ -179,11 +185,30 @@ impl Forwarding {
             traces_health,
             metrics_health,
             counters,
+            enricher,
+            timelines,
+            most_per_span,
         })
     }
 
+    /// The most bytes the memory figures may add to `request`'s spans: room the queue
+    /// holds for them from the moment it takes the request in.
+    pub(crate) fn enrichment(&self, request: &ExportTraceServiceRequest) -> usize {
+        if self.most_per_span == 0 {
+            return 0;
+        }
+        let spans = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .filter(|span| self.enricher.may_enrich(span, &self.timelines))
+            .count();
+        spans.saturating_mul(self.most_per_span)
+    }
+
     /// Queues a received trace request holding `room`, to be enriched and forwarded.
-    pub(crate) fn traces(&self, request: ExportTraceServiceRequest, room: OwnedSemaphorePermit) {
+    pub(crate) fn traces(&self, request: ExportTraceServiceRequest, room: Room) {
         let spans = span_count(&request);
         let held = Held::new(request, Some(room));
         self.traces.push(Received { held, enrich: true }, (), spans);
@@ -205,7 +230,7 @@ impl Forwarding {
     }
 
     /// Queues a received metrics request holding `room`.
-    pub(crate) fn metrics(&self, request: ExportMetricsServiceRequest, room: OwnedSemaphorePermit) {
+    pub(crate) fn metrics(&self, request: ExportMetricsServiceRequest, room: Room) {
         self.metrics.push(Held::new(request, Some(room)), (), 1);
     }
 

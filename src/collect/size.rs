@@ -24,7 +24,7 @@ use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Spa
 
 /// The allocator's bookkeeping and rounding per allocation (glibc: a 16-byte header, and
 /// blocks in steps of 16 bytes).
-const ALLOCATION_OVERHEAD: usize = 16;
+pub(crate) const ALLOCATION_OVERHEAD: usize = 16;
 
 /// Bytes the decoded trace request holds, itself included.
 pub(crate) fn traces(request: &ExportTraceServiceRequest) -> usize {
@@ -36,6 +36,13 @@ pub(crate) fn metrics(request: &ExportMetricsServiceRequest) -> usize {
     size_of::<ExportMetricsServiceRequest>() + request.resource_metrics.heap()
 }
 
+/// Heap bytes a vector of attributes owns, itself included (its capacity counts, hence a
+/// `Vec`).
+#[allow(clippy::ptr_arg)]
+pub(crate) fn attributes(attributes: &Vec<KeyValue>) -> usize {
+    attributes.heap()
+}
+
 /// Heap bytes a value owns (its own struct is counted by whoever holds it).
 trait Heap {
     /// True for types that own no heap, so a vector of them is counted without a walk.
@@ -43,7 +50,8 @@ trait Heap {
     fn heap(&self) -> usize;
 }
 
-fn allocation(bytes: usize) -> usize {
+/// Bytes an allocation of `bytes` takes from the allocator (none for an empty one).
+pub(crate) fn allocation(bytes: usize) -> usize {
     if bytes == 0 {
         0
     } else {

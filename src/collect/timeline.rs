@@ -27,6 +27,8 @@ pub(crate) struct Timelines {
     processes: Mutex<HashMap<u32, Followed>>,
     /// The widest the process lists' cadence has been so far, in ns (0: not known).
     process_resolution_ns: AtomicU64,
+    /// The earliest sample recorded, UNIX ns (`u64::MAX`: none yet).
+    earliest: AtomicU64,
     tree: Mutex<Option<TreeMemory>>,
 }
 
@@ -59,6 +61,7 @@ impl Timelines {
             interval,
             processes: Mutex::new(HashMap::new()),
             process_resolution_ns: AtomicU64::new(0),
+            earliest: AtomicU64::new(u64::MAX),
             tree: Mutex::new(None),
         }
     }
@@ -97,6 +100,12 @@ impl Timelines {
         });
     }
 
+    /// The earliest sample recorded, UNIX ns: a span that ends before it gets no figures.
+    pub(crate) fn earliest(&self) -> Option<u64> {
+        let earliest = self.earliest.load(Ordering::Relaxed);
+        (earliest != u64::MAX).then_some(earliest)
+    }
+
     /// Stops following the tree and returns its figures.
     pub(crate) fn take_tree(&self) -> Option<TreeMemory> {
         lock(&self.tree).take()
@@ -118,6 +127,7 @@ impl Timelines {
         });
         values.push(sum);
         lock(&self.devices).push(tick.unix_nanos, &values);
+        self.earliest.fetch_min(tick.unix_nanos, Ordering::Relaxed);
 
         if let Some(ns) = tick.process_resolution_ns {
             self.process_resolution_ns.fetch_max(ns, Ordering::Relaxed);

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod collector_process;
 pub mod example;
 pub mod fake_nvml;
 pub mod go_stack;
