@@ -58,6 +58,9 @@ _otel = None
 _before_end = None
 # Under gpuspan run, sets gpuspan up when the program opens a span before the first step.
 _set_up_for_span = None
+# Told before the program opens an epoch: gpuspan run's optimizer hooks, so that a step they
+# opened outside any epoch does not hold it.
+_before_epoch = None
 _open_span = _native.open_span
 _get_ident = threading.get_ident
 _modules = sys.modules
@@ -217,6 +220,8 @@ class Span:
         # Module lookups inlined: this runs on every training step.
         if _telemetry is None and _set_up_for_span is not None:
             _set_up_for_span()
+        if self._kind == _EPOCH and _before_epoch is not None:
+            _before_epoch()
         mine = _current.get()
         if mine is None:
             mine = _root

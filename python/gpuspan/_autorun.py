@@ -12,10 +12,11 @@ gpuspan is set up on the first step (or the program's first own span), not at im
 that a program which calls ``gpuspan.init()`` itself keeps its settings. The step open when
 the program ends normally had no optimizer step: it is left unexported. So is the step open
 when a span it was opened in ends (the program's own ``gpuspan.epoch``): the next forward
-pass opens the next step, inside the next epoch. An uncaught exception ends it with the
-error, and an out-of-memory error is recorded as ``gpu.memory.oom`` first. Nothing here
-changes what the program computes or its exit status; a failure turns the hooks off with
-one warning line.
+pass opens the next step, inside the next epoch; a step opened outside any epoch (a
+forward pass with gradients before the loop) is dropped when an epoch opens. An uncaught
+exception ends it with the error, and an out-of-memory error is recorded as
+``gpu.memory.oom`` first. Nothing here changes what the program computes or its exit
+status; a failure turns the hooks off with one warning line.
 """
 
 import atexit
@@ -104,6 +105,7 @@ class _OptimizerSteps:
         _claim.on_claim(self._abandon)
         gpuspan._before_end = self._span_ending
         gpuspan._set_up_for_span = self._set_up_for_span
+        gpuspan._before_epoch = self._epoch_opening
         self._previous_excepthook = sys.excepthook
         sys.excepthook = self._excepthook
         self._exit_hook = False
@@ -116,6 +118,8 @@ class _OptimizerSteps:
             gpuspan._before_end = None
         if gpuspan._set_up_for_span == self._set_up_for_span:
             gpuspan._set_up_for_span = None
+        if gpuspan._before_epoch == self._epoch_opening:
+            gpuspan._before_epoch = None
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -211,6 +215,20 @@ class _OptimizerSteps:
                 self._abandon()
             else:
                 self._failed_with(error)
+            self._watch_forward()
+        except Exception as failure:  # noqa: BLE001 - never break the program
+            _warn("the step hooks failed", failure)
+            self.off()
+
+    def _epoch_opening(self):
+        """The program opens an epoch while the open step is the current span: that step
+        was opened outside any epoch (by a forward pass with gradients before the loop or
+        between epochs) and had no optimizer step. It is dropped rather than hold the
+        epoch, and the next forward pass opens the next step inside the epoch."""
+        try:
+            if self._span is None or gpuspan._current.get() is not self._active:
+                return
+            self._abandon()
             self._watch_forward()
         except Exception as failure:  # noqa: BLE001 - never break the program
             _warn("the step hooks failed", failure)

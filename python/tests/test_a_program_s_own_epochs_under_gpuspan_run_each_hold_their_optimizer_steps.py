@@ -2,7 +2,8 @@
 run`'s optimizer hooks: every epoch is exported, each with its own optimizer steps under it
 (the step opened after an epoch's last `optimizer.step()` is not one of them), and each step
 has the peak its own work reached. An error that ends an epoch ends the step inside it with
-that error first."""
+that error first. A forward pass with gradients outside the epochs opens no step that
+holds an epoch."""
 
 import subprocess
 import sys
@@ -29,6 +30,7 @@ for epoch in range(3):
             device_uses(2000 + 100 * step)   # a spike inside the step
             time.sleep(0.06)
             device_uses(1000)
+            time.sleep(0.06)   # read back down before the step (and the epoch) ends
             if step == FAIL_AT:
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             optimizer.step()
@@ -92,3 +94,45 @@ def test_an_oom_that_ends_an_epoch_ends_its_step_with_the_error_first(tmp_path, 
     assert epochs[1]["status"]["code"] == 2
     assert [s.get("status", {}).get("code", 0) for s in steps[:5]] == [0] * 5
     assert list((tmp_path / "gpuspan-runs" / "job").glob("near-oom-*.json"))
+
+
+# A forward pass with gradients outside the epochs: a lazy module materialised before the
+# loop, and an evaluation without torch.no_grad() after each epoch.
+OUTSIDE = """
+import torch
+import gpuspan
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.LazyLinear(32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+model(torch.randn(8, 16))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+for epoch in range(3):
+    with gpuspan.epoch(epoch):
+        for _ in range(2):
+            model(torch.randn(8, 16)).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model(torch.randn(8, 16))
+print("trained")
+"""
+
+
+def test_forward_passes_outside_the_epochs_open_no_step_that_holds_an_epoch(tmp_path, fake_nvml):
+    (tmp_path / "train.py").write_text(textwrap.dedent(OUTSIDE))
+    env = live_device_env(tmp_path, fake_nvml, GPUSPAN_RUN_ID="job")
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuspan", "run", "train.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    spans = read_spans(tmp_path / "gpuspan-runs" / "job" / "traces.jsonl")
+    run_span = next(s for s in spans if s["name"] == "run")
+    epochs = {s["attributes"]["ml.epoch"]: s for s in spans if s["name"] == "epoch"}
+    steps = sorted((s for s in spans if s["name"] == "step"), key=lambda s: s["attributes"]["ml.step"])
+    assert sorted(epochs) == [0, 1, 2]
+    assert {e["parentSpanId"] for e in epochs.values()} == {run_span["spanId"]}
+    assert [s["attributes"]["ml.step"] for s in steps] == list(range(6))
+    for s in steps:
+        epoch = epochs[s["attributes"]["ml.step"] // 2]
+        assert s["parentSpanId"] == epoch["spanId"], (s["attributes"], epoch["attributes"])
