@@ -27,7 +27,9 @@ imports neither until ``GpuspanCallback`` is looked up.
 
 With ``memory_budget_stop`` (``GPUSPAN_MEMORY_BUDGET_STOP``), a reading over the memory
 budget sets ``trainer.should_stop`` at the end of that optimizer step (Lightning then ends
-the fit after it), and says why in one line on stderr.
+the fit after it), and says why in one line on stderr. In a job of several ranks (DDP,
+FSDP) the ranks decide together and all stop after the same step, the one after the step
+that went over (:mod:`gpuspan._job_stop`).
 
 Threading: Lightning calls the hooks on its training thread.
 """
@@ -38,6 +40,7 @@ import sys
 import gpuspan
 
 from . import _claim, _frameworks
+from ._job_stop import JobStop
 from ._native import names
 
 __all__ = ["GpuspanCallback"]  # noqa: F822 - made by __getattr__, below
@@ -54,6 +57,8 @@ class _Hooks:
         super().__init__()
         self._spans = _frameworks.OpenSpans()
         self._step_began_at = None  # trainer.global_step when the open step span began
+        self._stop = JobStop()
+        self._stopping = False  # said why the training stops
 
     def __repr__(self):
         return "GpuspanCallback()"
@@ -63,6 +68,8 @@ class _Hooks:
 
     def on_train_start(self, trainer, pl_module):
         _claim.claim(_OWNER)
+        self._stop.begin()
+        self._stopping = False
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._spans.open("epoch", gpuspan.epoch(trainer.current_epoch))
@@ -76,16 +83,21 @@ class _Hooks:
         # Without an optimizer step (accumulating, or a skipped batch) the step goes on.
         if trainer.global_step != self._step_began_at:
             self._spans.close("step")
-            reason = _frameworks.stop_reason()
-            if reason is not None and not trainer.should_stop:
+            reason = self._stop.after_step()
+            if reason is not None:
                 trainer.should_stop = True
-                _frameworks.warn(f"stopping training after step {self._step_began_at}: {reason}")
+                if not self._stopping:
+                    self._stopping = True
+                    _frameworks.warn(
+                        f"stopping training after step {self._step_began_at}: {reason}"
+                    )
 
     def on_train_epoch_end(self, trainer, pl_module):
         self._spans.close("epoch")  # and a step still open in it
 
     def on_train_end(self, trainer, pl_module):
         self._spans.close_all()
+        self._stop.end()
         _claim.release(_OWNER)
 
     def on_sanity_check_start(self, trainer, pl_module):
@@ -116,6 +128,7 @@ class _Hooks:
     def on_exception(self, trainer, pl_module, exception):
         _frameworks.record_if_oom(exception)
         self._spans.close_all(exception)
+        self._stop.end()
         _claim.release(_OWNER)
 
 

@@ -25,7 +25,9 @@ unless the program already called it.
 
 With ``memory_budget_stop`` (``GPUSPAN_MEMORY_BUDGET_STOP``), a reading over the memory
 budget sets ``control.should_training_stop`` at the end of that optimizer step, and says
-why in one line on stderr.
+why in one line on stderr. In a job of several ranks (``torchrun``, ``accelerate launch``)
+the ranks decide together and all stop after the same step, the one after the step that
+went over (:mod:`gpuspan._job_stop`).
 
 Threading: the Trainer calls the hooks, ``train`` and ``evaluate`` on one thread.
 """
@@ -37,6 +39,7 @@ from transformers import TrainerCallback
 import gpuspan
 
 from . import _claim, _frameworks
+from ._job_stop import JobStop
 from ._native import names
 
 __all__ = ["GpuspanCallback"]
@@ -53,6 +56,8 @@ class GpuspanCallback(TrainerCallback):
         _wrap_trainer(importlib.import_module("transformers.trainer").Trainer)
         self._spans = _frameworks.OpenSpans()
         self._last_epoch = None  # the index of the latest epoch span of this training
+        self._stop = JobStop()
+        self._stopping = False  # said why the training stops
 
     def __repr__(self):
         return "GpuspanCallback()"
@@ -61,6 +66,8 @@ class GpuspanCallback(TrainerCallback):
         _frameworks.ensure_init()
         _claim.claim(_OWNER)
         self._last_epoch = None
+        self._stop.begin()
+        self._stopping = False
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         index = int(state.epoch or 0)
@@ -77,21 +84,25 @@ class GpuspanCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._spans.close("step")
-        reason = _frameworks.stop_reason()
-        if reason is not None and not control.should_training_stop:
+        reason = self._stop.after_step()
+        if reason is not None:
             control.should_training_stop = True
-            _frameworks.warn(f"stopping training after step {state.global_step}: {reason}")
+            if not self._stopping:
+                self._stopping = True
+                _frameworks.warn(f"stopping training after step {state.global_step}: {reason}")
 
     def on_epoch_end(self, args, state, control, **kwargs):
         self._spans.close("epoch")  # and a step the Trainer broke off
 
     def on_train_end(self, args, state, control, **kwargs):
         self._spans.close_all()
+        self._stop.end()
         _claim.release(_OWNER)
 
     def _failed(self, error):
         _frameworks.record_if_oom(error)
         self._spans.close_all(error)
+        self._stop.end()
         _claim.release(_OWNER)
 
 

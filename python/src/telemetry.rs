@@ -115,6 +115,15 @@ impl Telemetry {
             .and_then(|t| t.as_ref().and_then(|t| t.stop_requested()))
     }
 
+    /// Whether a reading over the memory budget asks the loop to stop (`memory_budget_stop`).
+    #[getter]
+    fn memory_budget_stop(&self) -> bool {
+        self.inner
+            .lock()
+            .ok()
+            .is_some_and(|t| t.as_ref().is_some_and(|t| t.memory_budget_stop()))
+    }
+
     /// Whether `shutdown()` has run.
     #[getter]
     fn is_shut_down(&self) -> bool {

@@ -163,6 +163,11 @@ impl Diagnosis {
         observers
     }
 
+    /// Whether a reading over the budget asks the loop to stop (`GPUSPAN_MEMORY_BUDGET_STOP`).
+    pub(crate) fn budget_stop(&self) -> bool {
+        self.settings.budget_stop
+    }
+
     /// Why the budget asked the loop to stop, once it did.
     pub(crate) fn stop_requested(&self) -> Option<String> {
         self.stop.reason().map(str::to_owned)

@@ -43,6 +43,16 @@ impl Telemetry {
         self.inner.as_ref()?.diagnosis.stop_requested()
     }
 
+    /// Whether a reading over the memory budget asks the training loop to stop
+    /// (`GPUSPAN_MEMORY_BUDGET_STOP`, or
+    /// [`Builder::memory_budget_stop`](crate::Builder::memory_budget_stop)): a loop whose
+    /// ranks must stop together prepares for it. `false` when disabled.
+    pub fn memory_budget_stop(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|inner| inner.diagnosis.budget_stop())
+    }
+
     /// Calls `handler` with the reason when gpuspan asks the training loop to stop (see
     /// [`Telemetry::stop_requested`]), or at once if it has asked already; for a trainer
     /// that owns the loop and has a stop flag of its own. The handler runs on the sampler
