@@ -40,6 +40,9 @@ class Telemetry:
     def stop_requested(self) -> str | None:
         """Why gpuspan asks the loop to stop (``memory_budget_stop``), or ``None``."""
     @property
+    def memory_budget_stop(self) -> bool:
+        """Whether a reading over the memory budget asks the loop to stop."""
+    @property
     def is_shut_down(self) -> bool: ...
     def flush(self) -> None: ...
     def shutdown(self) -> None: ...
