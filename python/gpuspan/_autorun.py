@@ -25,7 +25,7 @@ import sys
 
 import gpuspan
 
-from . import _claim, _frameworks, _rank_device, _spans
+from . import _claim, _frameworks, _phases, _rank_device, _spans
 from . import torch as _torch_figures
 
 _steps = None
@@ -97,8 +97,6 @@ class _OptimizerSteps:
         self._watch_forward()
         self._phases = None
         if os.environ.get("GPUSPAN_TORCH_PHASES", "").strip().lower() in ("1", "true", "on"):
-            from . import _phases
-
             # After the step hooks: a step opens before its first phase.
             self._phases = _phases.attach_everywhere(torch)
             self._handles.extend(self._phases.handles)
@@ -189,10 +187,10 @@ class _OptimizerSteps:
             _spans.end_span(span, error)
 
     def _abandon(self):
-        if self._phases is not None:
-            self._phases.abandon()
         span, self._span, self._active, self._parent = self._span, None, None, None
         if span is not None:
+            # First every phase open in it, the program's own (gpuspan.torch.phases) too.
+            _phases.abandon_open()
             span._abandon()
 
     def _set_up_for_span(self):

@@ -8,6 +8,7 @@ its own (one per CUDA device), where a span of the training thread cannot end, w
 the training thread's own events bound it. Each phase is a gpuspan span: its own exact peak.
 """
 
+import weakref
 from threading import get_ident
 
 import gpuspan
@@ -16,6 +17,11 @@ from ._native import names
 from ._spans import end_span
 
 FORWARD, BACKWARD, OPTIMIZER = names.FORWARD, names.BACKWARD, names.OPTIMIZER
+
+# Every set of phases, so that a step dropped with a phase still open in it drops that phase
+# too: left open, the phase would stay the thread's current span, and hold whatever the
+# program opens next (the next epoch) inside the dropped step.
+_every = weakref.WeakSet()
 
 
 class Phases:
@@ -28,6 +34,7 @@ class Phases:
         self._depth = 0  # nested module calls, for hooks on every module
         self._thread = None  # the training thread: DataParallel runs replicas on others
         self.handles = []
+        _every.add(self)
 
     def _enter(self, name):
         self._leave()
@@ -83,15 +90,24 @@ class Phases:
         self._leave(error)
 
     def abandon(self):
-        """Drops the open phase unexported, with the step it is in."""
-        span, self._span, self._name = self._span, None, None
-        if span is not None:
-            span._abandon()
+        """Drops the open phase unexported, with the step it is in, if this thread opened
+        it (only that thread can)."""
+        span = self._span
+        if span is None or not any(entry[1] == get_ident() for entry in span._open):
+            return
+        self._span, self._name = None, None
+        span._abandon()
 
     def remove(self):
         for handle in self.handles:
             handle.remove()
         self.handles = []
+
+
+def abandon_open():
+    """Drops every phase this thread has open, unexported: the step they are in is dropped."""
+    for phases in list(_every):
+        phases.abandon()
 
 
 def attach(model, optimizer):

@@ -117,8 +117,10 @@ print("trained")
 """
 
 
-def test_forward_passes_outside_the_epochs_open_no_step_that_holds_an_epoch(tmp_path, fake_nvml):
-    (tmp_path / "train.py").write_text(textwrap.dedent(OUTSIDE))
+def two_steps_an_epoch(tmp_path, fake_nvml, script):
+    """Runs ``script`` (three epochs of two optimizer steps) under gpuspan run; returns its
+    epochs by index and its steps in order, each checked to be a child of its own epoch."""
+    (tmp_path / "train.py").write_text(textwrap.dedent(script))
     env = live_device_env(tmp_path, fake_nvml, GPUSPAN_RUN_ID="job")
     env.pop("PYTHONPATH", None)
     proc = subprocess.run(
@@ -136,3 +138,39 @@ def test_forward_passes_outside_the_epochs_open_no_step_that_holds_an_epoch(tmp_
     for s in steps:
         epoch = epochs[s["attributes"]["ml.step"] // 2]
         assert s["parentSpanId"] == epoch["spanId"], (s["attributes"], epoch["attributes"])
+    return spans, steps
+
+
+def test_forward_passes_outside_the_epochs_open_no_step_that_holds_an_epoch(tmp_path, fake_nvml):
+    two_steps_an_epoch(tmp_path, fake_nvml, OUTSIDE)
+
+
+# The program's own phases (gpuspan.torch.phases), and an evaluation with gradients on at
+# the end of each epoch: its backward phase is still open when the epoch ends.
+OWN_PHASES = """
+import torch
+import gpuspan
+import gpuspan.torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+gpuspan.torch.phases(model, optimizer)
+for epoch in range(3):
+    with gpuspan.epoch(epoch):
+        for _ in range(2):
+            model(torch.randn(8, 16)).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        model(torch.randn(8, 16))
+print("trained")
+"""
+
+
+def test_a_phase_left_open_in_the_step_an_epoch_drops_does_not_take_the_next_epochs_with_it(
+    tmp_path, fake_nvml
+):
+    spans, steps = two_steps_an_epoch(tmp_path, fake_nvml, OWN_PHASES)
+    for step in steps:
+        phases = [s["name"] for s in spans if s.get("parentSpanId") == step["spanId"]]
+        assert sorted(phases) == ["backward", "forward", "optimizer"], (step["attributes"], phases)
