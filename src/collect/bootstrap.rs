@@ -43,12 +43,25 @@ impl Bootstrap {
     }
 
     /// `PYTHONPATH` for the command: the bootstrap first, then what was there.
+    ///
+    /// A temporary directory whose path holds the separator (`:`) cannot be an entry of
+    /// it: the command then gets its own path unchanged, without the bootstrap, and one
+    /// line says so.
     pub(crate) fn python_path(&self, existing: Option<OsString>) -> OsString {
+        let existing = existing.filter(|p| !p.is_empty());
         let mut paths = vec![self.dir.path().to_path_buf()];
-        if let Some(existing) = existing.filter(|p| !p.is_empty()) {
-            paths.extend(std::env::split_paths(&existing));
+        if let Some(existing) = &existing {
+            paths.extend(std::env::split_paths(existing));
         }
-        std::env::join_paths(paths).unwrap_or_else(|_| self.dir.path().as_os_str().to_owned())
+        std::env::join_paths(paths).unwrap_or_else(|_| {
+            eprintln!(
+                "gpuspan run: warning: the Python bootstrap's directory {} has a ':' in its \
+                 path, so it cannot go on PYTHONPATH and the command gets no step spans; set \
+                 TMPDIR to a directory without one",
+                self.dir.path().display()
+            );
+            existing.unwrap_or_default()
+        })
     }
 }
 
@@ -121,6 +134,20 @@ mod tests {
             .unwrap()
             .file_type()
             .is_symlink());
+    }
+
+    #[test]
+    fn a_temporary_directory_with_a_colon_leaves_the_program_s_python_path_as_it_was() {
+        // No entry of a path can hold its separator: the bootstrap cannot be on it.
+        let parent = tempfile::tempdir().unwrap();
+        let colon = parent.path().join("a:b");
+        std::fs::create_dir(&colon).unwrap();
+        let bootstrap = Bootstrap::write_in(&colon, 8).unwrap();
+        assert_eq!(
+            bootstrap.python_path(Some(OsString::from("/lib/one:/lib/two"))),
+            OsString::from("/lib/one:/lib/two")
+        );
+        assert_eq!(bootstrap.python_path(None), OsString::new());
     }
 
     #[test]
