@@ -45,6 +45,8 @@ _EPOCH, _STEP, _OTHER = 0, 1, 2
 _current = contextvars.ContextVar("gpuspan_current_span", default=None)
 
 _telemetry = None
+# Whether init() was asked to flush on SIGTERM (flush_on_signal).
+_flush_on_sigterm_asked = False
 # Set when gpuspan run's bootstrap set gpuspan up, so that the program's own init() keeps it.
 _set_up_by_bootstrap = False
 # The parent of spans opened outside any other: TRACEPARENT's context, where set.
@@ -79,7 +81,7 @@ def init(**settings):
     it), ``TypeError`` for an unknown keyword, ``RuntimeError`` when gpuspan is already set
     up in this process or an exporter cannot start.
     """
-    global _telemetry, _allocator_choice, _peaks, _root
+    global _telemetry, _allocator_choice, _peaks, _root, _flush_on_sigterm_asked
     if _set_up_by_bootstrap and _telemetry is not None:
         print(
             "gpuspan: warning: gpuspan.init() is called after gpuspan run's bootstrap set "
@@ -105,6 +107,7 @@ def init(**settings):
     telemetry = _native.init(settings)
     if flush_on_signal:
         _flush_on_sigterm(telemetry)
+    _flush_on_sigterm_asked = flush_on_signal
     first = _telemetry is None
     _telemetry = telemetry
     _root = _traceparent()
@@ -141,6 +144,14 @@ def _flush_on_sigterm(telemetry):
     alone (its exit flushes through the exit hook)."""
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         telemetry.flush_on_sigterm()
+
+
+def _resume_flush_on_sigterm():
+    """Flushes on SIGTERM again after a framework put back what Python saw as SIGTERM's
+    handler, the default (Lightning does when a fit ends): `signal.signal` replaced
+    gpuspan's."""
+    if _flush_on_sigterm_asked and _telemetry is not None and not _telemetry.is_shut_down:
+        _flush_on_sigterm(_telemetry)
 
 
 def _is_allocator(obj):

@@ -16,7 +16,9 @@ Spans (each with the device memory at its start and end and the peak in between)
   ``validation`` span, so that there is one ``validation`` per real validation loop, but
   its memory (which can be the first to overflow) is kept.
 
-While training runs the callback owns the step spans (:mod:`gpuspan._claim`). When the
+While training runs the callback owns the step spans (:mod:`gpuspan._claim`). Lightning
+replaces SIGTERM's handler while it runs and puts back the default when it is done; the
+callback's ``teardown`` then gives SIGTERM back to gpuspan's flush. When the
 trainer fails, the open spans end with the error (status error), and an out-of-memory
 error is reported to gpuspan first. ``gpuspan.init()`` runs at the first hook unless
 the program already called it.
@@ -65,6 +67,10 @@ class _Hooks:
 
     def setup(self, trainer, pl_module, stage):
         _frameworks.ensure_init()
+
+    def teardown(self, trainer, pl_module, stage):
+        # Lightning has just put back SIGTERM's handler as Python saw it, the default.
+        gpuspan._resume_flush_on_sigterm()
 
     def on_train_start(self, trainer, pl_module):
         _claim.claim(_OWNER)

@@ -153,6 +153,51 @@ def test_sigterm_during_the_exit_s_flush_ends_the_program_once_it_is_done(
     assert (tmp_path / "gpuspan-runs" / "r" / "sampler.json").exists()
 
 
+# Lightning replaces SIGTERM's handler while it fits and puts back what Python saw there,
+# the default, when the fit ends.
+LIGHTNING_THEN_WAITING = """
+import time
+import torch
+import lightning.pytorch as pl
+
+from gpuspan.lightning import GpuspanCallback
+
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 1))
+trainer = pl.Trainer(
+    max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+    enable_progress_bar=False, enable_model_summary=False, callbacks=[GpuspanCallback()],
+)
+trainer.fit(Model(), torch.utils.data.DataLoader(data, batch_size=2))
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_after_a_lightning_fit_sigterm_still_flushes_first(tmp_path, fake_nvml, receiver):
+    receiver.stall = 1.5  # the fit's last spans are still on their way when SIGTERM comes
+    env = otlp_env(fake_nvml, receiver, "wait")
+    proc = start(tmp_path, LIGHTNING_THEN_WAITING, **env)
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    assert ended(proc) == -signal.SIGTERM, proc.stderr.read()
+    assert len(receiver.named("epoch")) == 1
+    assert sorted(attributes(s)["ml.step"] for s in receiver.named("step")) == [0, 1, 2, 3]
+
+
 TORCH_THEN_BLOCKED = """
 import ctypes, time
 import torch
