@@ -9,8 +9,8 @@
 
 use gpuspan_test_support as support;
 
-use std::io::Write;
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use flate2::write::GzEncoder;
@@ -187,7 +187,12 @@ fn send(kind: Kind, bodies: &Bodies, collector: (SocketAddr, SocketAddr)) -> Ans
             let request = Opaque {
                 resource: bodies.resource.clone(),
             };
-            Answer::Grpc(grpc_gzip(grpc, path, request, matches!(kind, Kind::GrpcTraces)))
+            Answer::Grpc(grpc_gzip(
+                grpc,
+                path,
+                request,
+                matches!(kind, Kind::GrpcTraces),
+            ))
         }
     }
 }
@@ -253,6 +258,39 @@ fn assert_refused_as_too_large(kind: Kind, answer: &Answer) {
         message.contains(&bound) && message.contains("--max-queue-bytes"),
         "{kind:?}: the refusal names the bound ({bound} bytes) and the setting: {message}"
     );
+}
+
+/// `POST path` with `body` sent in chunks, with no length (`Transfer-Encoding: chunked`):
+/// the status and body of the reply.
+fn post_chunked(addr: SocketAddr, path: &str, encoding: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: \
+         application/x-protobuf\r\nContent-Encoding: {encoding}\r\nTransfer-Encoding: \
+         chunked\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    // The server may answer (413) and close before the body ends.
+    let _ = (|| -> std::io::Result<()> {
+        for chunk in body.chunks(64 << 10) {
+            stream.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())?;
+            stream.write_all(chunk)?;
+            stream.write_all(b"\r\n")?;
+        }
+        stream.write_all(b"0\r\n\r\n")
+    })();
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP reply: {text:?}"));
+    (status, text)
 }
 
 fn memory_line(what: &str, memory: Memory) -> String {
@@ -375,6 +413,17 @@ fn empty_spans_that_decode_to_gigabytes_are_refused_and_memory_stays_bounded() {
         assert_refused_as_too_large(*kind, answer);
     }
 
+    // Chunked, with no length: the gzip bomb is refused as above, and a body that goes on
+    // past the limit is cut at it.
+    let (status, text) = post_chunked(collector.http, "/v1/traces", "gzip", &bodies.protobuf_gz);
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("--max-queue-bytes"), "{text}");
+    let endless = vec![0x0a; LIMIT + (4 << 20)];
+    let (status, text) = post_chunked(collector.http, "/v1/traces", "identity", &endless);
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains(&format!("over {LIMIT} bytes")), "{text}");
+    check("chunked bodies");
+
     // A request of normal size is received as before.
     let reply = post(
         collector.http,
@@ -395,7 +444,7 @@ fn empty_spans_that_decode_to_gigabytes_are_refused_and_memory_stays_bounded() {
         "only the normal request was received: {summary}"
     );
     assert!(
-        summary.contains(&format!("{} requests rejected", 3 * KINDS.len())),
+        summary.contains(&format!("{} requests rejected", 3 * KINDS.len() + 2)),
         "every refusal is counted: {summary}"
     );
 }

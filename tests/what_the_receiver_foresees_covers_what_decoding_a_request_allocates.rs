@@ -103,7 +103,10 @@ fn attributes(i: u64) -> Vec<KeyValue> {
         kv("ml.step", any_value::Value::IntValue(i as i64)),
         kv("loss", any_value::Value::DoubleValue(0.25)),
         kv("phase", any_value::Value::StringValue("train".into())),
-        kv("note", any_value::Value::StringValue("a \"quoted\"\nline".into())),
+        kv(
+            "note",
+            any_value::Value::StringValue("a \"quoted\"\nline".into()),
+        ),
     ]
 }
 
@@ -225,8 +228,18 @@ fn the_bound_covers_the_peak_of_decoding_in_protobuf_and_json() {
         check(what, false, true, &prost::Message::encode_to_vec(request));
         check(what, true, true, &serde_json::to_vec(request).unwrap());
     }
-    check("metrics", false, false, &prost::Message::encode_to_vec(&metrics));
-    check("metrics", true, false, &serde_json::to_vec(&metrics).unwrap());
+    check(
+        "metrics",
+        false,
+        false,
+        &prost::Message::encode_to_vec(&metrics),
+    );
+    check(
+        "metrics",
+        true,
+        false,
+        &serde_json::to_vec(&metrics).unwrap(),
+    );
 
     // Hostile: empty spans, and a deep chain of arrays over many values in JSON, which
     // serde copies once per level.

@@ -246,9 +246,10 @@ mod tests {
         span.start_time_unix_nano = 1200;
         span.end_time_unix_nano = 1800;
         span.attributes = Vec::with_capacity(attributes + spare);
-        span.attributes.extend((0..attributes).map(|i| {
-            key_value(&format!("attribute.{i}"), Value::IntValue(i as i64))
-        }));
+        span.attributes.extend(
+            (0..attributes)
+                .map(|i| key_value(&format!("attribute.{i}"), Value::IntValue(i as i64))),
+        );
         span
     }
 
