@@ -269,12 +269,16 @@ class Span:
                 entries[-1][0].end()
                 raise RuntimeError(f"gpuspan span {self._name!r} is not open on this thread")
         active, _, token, otel, attached, peaks, frame = entries.pop(i)
-        before_end = _before_end
-        if before_end is not None:
-            before_end(active, exc)
         error = None if exc_type is None else _describe(exc_type, exc)
         figures = None
         try:
+            before_end = _before_end
+            try:
+                if before_end is not None:
+                    before_end(active, exc)
+            except BaseException as interruption:  # a Ctrl-C landing here ends the span too
+                error = _describe(type(interruption), interruption)
+                raise
             if frame is not None:
                 figures = peaks.close(frame)
         finally:
