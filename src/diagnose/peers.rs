@@ -13,7 +13,8 @@
 
 use std::collections::HashSet;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -189,9 +190,39 @@ fn is_alarm(name: &std::ffi::OsStr) -> bool {
         .is_some_and(|n| n.starts_with("rank-") && n.ends_with(".json"))
 }
 
+/// How a watcher reads an alarm file: [`read_alarm`], or a test's stuck one.
+type ReadAlarm = Box<dyn FnMut(&Path) -> std::io::Result<Option<Vec<u8>>> + Send>;
+
+/// The alarm at `path`; `None` when it is not a regular file. Opened without waiting: a
+/// FIFO that took the place of a file after the directory was read must not hold the
+/// watcher until something writes to it.
+fn read_alarm(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let mut text = Vec::new();
+    file.read_to_end(&mut text)?;
+    Ok(Some(text))
+}
+
+/// The line that says a name in the alarms folder is passed over, once per name.
+fn not_a_file_line(path: &Path) -> String {
+    format!(
+        "gpuspan: warning: passing over {}: an alarm is a regular file, and this is not one \
+         (remove it; nothing gpuspan writes makes it)",
+        path.display()
+    )
+}
+
 /// What a watcher has read so far.
 struct Seen {
     board: Board,
+    read: ReadAlarm,
     /// Alarms older than this (an earlier attempt of the job with the same id) are old news.
     since_unix_nanos: u64,
     files: HashSet<OsString>,
@@ -215,8 +246,22 @@ impl Seen {
                 self.files.insert(name);
                 continue;
             }
-            let Ok(text) = std::fs::read(entry.path()) else {
-                continue;
+            // Not followed: a link or a FIFO is no alarm, and opening one may wait.
+            let regular = entry.file_type().map(|t| t.is_file());
+            let text = match regular {
+                Ok(true) => (self.read)(&entry.path()),
+                Ok(false) => Ok(None),
+                Err(error) => Err(error),
+            };
+            let text = match text {
+                Ok(Some(text)) => text,
+                Ok(None) => {
+                    eprintln!("{}", not_a_file_line(&entry.path()));
+                    self.files.insert(name);
+                    continue;
+                }
+                // Gone, or not readable yet: tried again at the next poll.
+                Err(_) => continue,
             };
             self.files.insert(name);
             match serde_json::from_slice::<Alarm>(&text) {
@@ -259,10 +304,20 @@ impl Watcher {
         board: Board,
         told: impl Fn(u64, Vec<KeyValue>) + Send + 'static,
     ) -> std::io::Result<Self> {
+        Self::start_reading(board, Box::new(read_alarm), told)
+    }
+
+    /// [`start`](Self::start), with how alarms are read given.
+    fn start_reading(
+        board: Board,
+        read: ReadAlarm,
+        told: impl Fn(u64, Vec<KeyValue>) + Send + 'static,
+    ) -> std::io::Result<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
         let dir = board.dir.clone();
         let mut seen = Seen {
             board,
+            read,
             since_unix_nanos: crate::util::time::unix_nanos(std::time::SystemTime::now()),
             files: HashSet::new(),
             told: HashSet::new(),
@@ -357,6 +412,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut seen = Seen {
             board: board(dir.path(), 0),
+            read: Box::new(read_alarm),
             since_unix_nanos: 1_000,
             files: HashSet::new(),
             told: HashSet::new(),
@@ -374,16 +430,23 @@ mod tests {
     #[test]
     fn stopping_gives_up_at_its_deadline_on_a_watcher_stuck_reading_the_job_s_directory() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let board = board(dir.path(), 0);
-        std::fs::create_dir_all(&board.dir).unwrap();
-        // Another rank's alarm that is a FIFO: opening it for reading blocks until a writer
-        // opens it, as a read on a shared file system that stopped answering does. The
-        // watcher reads the board as soon as it starts, so it is stuck from its first poll.
-        let fifo = board.dir.join("rank-1-5.json");
-        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
-        let watcher = Watcher::start(board, |_, _| {}).expect("the watcher starts");
+        let board0 = board(dir.path(), 0);
+        let now = crate::util::time::unix_nanos(std::time::SystemTime::now());
+        board(dir.path(), 1).post(&alarm(1, now)).unwrap();
+        // Reading rank 1's alarm never returns until the test lets it, as a read on a
+        // shared file system that stopped answering does. The watcher reads the board as
+        // soon as it starts, so it is stuck from its first poll.
+        let (reading, stuck) = mpsc::channel::<()>();
+        let (go_on, release) = mpsc::channel::<()>();
+        let read: ReadAlarm = Box::new(move |path: &Path| {
+            let _ = reading.send(());
+            let _ = release.recv();
+            read_alarm(path)
+        });
+        let watcher = Watcher::start_reading(board0, read, |_, _| {}).expect("the watcher starts");
+        stuck
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the watcher reads the alarm");
 
         let (stopped, answer) = mpsc::channel();
         let watcher = std::sync::Arc::new(watcher);
@@ -395,10 +458,70 @@ mod tests {
         let finished = answer
             .recv_timeout(Duration::from_secs(10))
             .expect("stop returned at its deadline while the watcher was stuck");
-        assert!(!finished, "stop says it gave up: nothing opened the FIFO");
+        assert!(!finished, "stop says it gave up: the read never returned");
 
         // Let the stuck read go, so the test leaves no thread blocked behind.
-        std::fs::write(&fifo, b"{}").expect("the FIFO opens for writing");
+        drop(go_on);
+    }
+
+    fn mkfifo(path: &Path) {
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    }
+
+    /// Opens `fifo` for writing without waiting, so that a reader blocked opening it goes
+    /// on; with none, nothing happens.
+    fn release(fifo: &Path) {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo);
+    }
+
+    #[test]
+    fn a_fifo_among_the_alarms_is_passed_over_and_a_later_alarm_is_still_heard() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let board0 = board(dir.path(), 0);
+        std::fs::create_dir_all(&board0.dir).unwrap();
+        // Not an alarm a rank posts: opening it for reading would wait for a writer.
+        let fifo = board0.dir.join("rank-1-5.json");
+        mkfifo(&fifo);
+        let (heard, hearing) = mpsc::channel();
+        let watcher = Watcher::start(board0, move |_, attributes| {
+            let _ = heard.send(attributes);
+        })
+        .expect("the watcher starts");
+        // Posted once the watcher has met the FIFO.
+        std::thread::sleep(POLL * 3);
+        let now = crate::util::time::unix_nanos(std::time::SystemTime::now());
+        board(dir.path(), 3).post(&alarm(3, now)).unwrap();
+
+        let attributes = hearing.recv_timeout(Duration::from_secs(10));
+        release(&fifo);
+        let attributes = attributes.expect("rank 3's alarm is heard past the FIFO");
+        let rank = attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == attr::ML_RANK);
+        assert_eq!(rank.map(|kv| kv.value.clone()), Some(3_i64.into()));
+        assert!(hearing.try_recv().is_err(), "the FIFO is no alarm");
+        assert!(watcher.stop_by(Instant::now() + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_fifo_that_takes_an_alarm_s_place_is_read_as_no_alarm_without_waiting() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let fifo = dir.path().join("rank-1-5.json");
+        mkfifo(&fifo);
+        let (read, answer) = mpsc::channel();
+        let reading = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = read.send(read_alarm(&reading).map_err(|e| e.to_string()));
+        });
+        let answer = answer.recv_timeout(Duration::from_secs(10));
+        release(&fifo);
+        assert_eq!(answer.expect("read without waiting for a writer"), Ok(None));
     }
 
     #[test]
