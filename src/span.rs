@@ -110,7 +110,7 @@ impl MemorySpan {
     /// without memory fields.
     pub fn abandon(mut self) {
         if let Some(tracking) = self.tracking.take() {
-            tracking.watermark.close();
+            tracking.state.shared.close_watermark(&tracking.watermark);
         }
         if let Some(entered) = self.span.take() {
             crate::layer::hand_over(entered, Ending::Abandoned);
@@ -158,7 +158,7 @@ impl Drop for MemorySpan {
         match self.tracking.take() {
             Some(tracking) => {
                 let figures = measure(&tracking.state.shared, &tracking.watermark);
-                tracking.watermark.close();
+                tracking.state.shared.close_watermark(&tracking.watermark);
                 record_fields(&figures, tracking.fields, &span);
                 crate::layer::hand_over(span, Ending::Measured(figures));
             }

@@ -2,8 +2,9 @@
 //!
 //! The training thread never reads a device. It copies the latest figures (atomics) when a
 //! span opens and closes, and registers a [`Watermark`] that the sampler raises at every
-//! tick. The only lock the training thread takes is the watermark list's, which the sampler
-//! holds for the few atomic maxima of one tick.
+//! tick, handing it back for the next span when the span ends (so a step neither allocates
+//! one nor leaves one for the sampler to free). The only lock the training thread takes is
+//! the watermark list's, which the sampler holds for the few atomic maxima of one tick.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,7 +60,6 @@ use processes::Processes;
 pub use shared::SamplerStats;
 pub(crate) use shared::Shared;
 pub(crate) use watermark::Watermark;
-use watermark::{Watermarks, FREE_WATERMARKS};
 
 /// Raises `peak` to `value`, treating `ABSENT` as "nothing yet".
 pub(super) fn raise(peak: &AtomicU64, value: u64) {
@@ -319,19 +319,8 @@ impl Ticker {
                 }
             }
         }
-        {
-            let mut watermarks = lock(&shared.watermarks);
-            let Watermarks { open, free } = &mut *watermarks;
-            open.retain(|watermark| {
-                if watermark.open.load(Ordering::Acquire) {
-                    watermark.raise(&self.figures, failing);
-                    return true;
-                }
-                if free.len() < FREE_WATERMARKS {
-                    free.push(Arc::clone(watermark));
-                }
-                false
-            });
+        for watermark in &lock(&shared.watermarks).open {
+            watermark.raise(&self.figures, failing);
         }
         shared.ticks.fetch_add(1, Ordering::Relaxed);
         self.notify_observers();

@@ -32,8 +32,6 @@ pub(crate) const SHARE: f64 = 0.05;
 /// The most of the wall time one device's list (holding the driver's lock) may take: a
 /// 4.5 ms list then runs about 4 times a second per device.
 pub(crate) const DEVICE_SHARE: f64 = 0.02;
-/// How long the process thread sleeps between checks while the lists are inline.
-const IDLE_CHECK: Duration = Duration::from_millis(100);
 
 /// How often each device's list is read, and whether off the sampler thread, given what
 /// each device's list costs.
@@ -179,7 +177,9 @@ impl Processes {
         let devices = self.values.len().max(1);
         while !stop.load(Ordering::Relaxed) {
             if !self.offloaded.load(Ordering::Relaxed) {
-                std::thread::park_timeout(IDLE_CHECK);
+                // Asleep until the lists move here (`replan`) or gpuspan stops: a thread
+                // that woke to check would take a core from the program for nothing.
+                std::thread::park();
                 continue;
             }
             let pause = {

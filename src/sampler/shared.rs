@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::driver_check::DriverCheck;
 use super::meter::{Call, SelfMeter};
-use super::watermark::{Watermark, Watermarks};
+use super::watermark::{Watermark, Watermarks, FREE_WATERMARKS};
 use super::{figure, raise, reading, ABSENT};
 use crate::record::GpuId;
 use crate::source::Device;
@@ -275,9 +275,26 @@ impl Shared {
             .store(self.failing.load(Ordering::Relaxed), Ordering::Relaxed);
         watermark.samples.store(0, Ordering::Relaxed);
         watermark.errors.store(0, Ordering::Relaxed);
-        watermark.open.store(true, Ordering::Release);
         watermarks.open.push(Arc::clone(&watermark));
         Some(watermark)
+    }
+
+    /// Stops tracking a span, once its figures are read: its watermark leaves the open
+    /// list and waits on the free list for the next span. Called by the thread that ends
+    /// the span, usually the one that opens the next, so a training loop reuses one
+    /// watermark per nesting level: it never allocates one per step, the sampler never
+    /// frees one that thread allocated (with glibc, a free into another thread's arena
+    /// contends with its allocations), and a tick raises only the spans open now.
+    pub(crate) fn close_watermark(&self, watermark: &Arc<Watermark>) {
+        let mut watermarks = lock(&self.watermarks);
+        let Watermarks { open, free } = &mut *watermarks;
+        // The span that closes is most often the one opened last.
+        if let Some(at) = open.iter().rposition(|w| Arc::ptr_eq(w, watermark)) {
+            let closed = open.swap_remove(at);
+            if free.len() < FREE_WATERMARKS {
+                free.push(closed);
+            }
+        }
     }
 
     /// Spans opened from now on are not tracked, and open ones are let go.
@@ -324,5 +341,42 @@ impl Shared {
             process_lists: self.process_lists.load(Ordering::Relaxed),
             driver_check: lock(&self.driver_check).clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(devices: u32) -> Shared {
+        let devices = (0..devices)
+            .map(|index| Device {
+                index,
+                mig: None,
+                uuid: format!("GPU-{index}"),
+                name: "test".into(),
+                vendor: "test".into(),
+            })
+            .collect();
+        Shared::new("test".into(), devices, Duration::from_millis(5))
+    }
+
+    #[test]
+    fn steps_closed_between_two_ticks_reuse_one_watermark_and_leave_none_open() {
+        let shared = shared(8);
+        let epoch = shared.open_watermark().unwrap();
+        let first = shared.open_watermark().unwrap();
+        shared.close_watermark(&first);
+        for _ in 0..1_000 {
+            let step = shared.open_watermark().unwrap();
+            assert!(
+                Arc::ptr_eq(&step, &first),
+                "a new watermark was made for a step"
+            );
+            shared.close_watermark(&step);
+        }
+        let watermarks = lock(&shared.watermarks);
+        assert_eq!(watermarks.open.len(), 1, "only the epoch is open");
+        assert!(Arc::ptr_eq(&watermarks.open[0], &epoch));
     }
 }

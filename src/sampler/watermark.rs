@@ -1,13 +1,14 @@
 //! A span's watermark: its figures at the start and the highest seen while it is open,
 //! raised by the sampler at every tick; and the list of open ones.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{raise, reading, ABSENT};
 
 /// Open spans' watermarks, and closed ones kept for reuse so that opening a span does not
-/// allocate.
+/// allocate. A span's watermark moves from `open` to `free` when the span ends
+/// (`Shared::close_watermark`), under the lock the sampler raises `open` under.
 #[derive(Debug, Default)]
 pub(super) struct Watermarks {
     pub(super) open: Vec<Arc<Watermark>>,
@@ -26,8 +27,6 @@ pub(crate) struct Watermark {
     pub(super) peaks: Box<[AtomicU64]>,
     pub(super) samples: AtomicU64,
     pub(super) errors: AtomicU64,
-    /// Cleared when the span closes; the sampler then moves it to the free list.
-    pub(super) open: AtomicBool,
 }
 
 impl Watermark {
@@ -39,7 +38,6 @@ impl Watermark {
             peaks: atomics(),
             samples: AtomicU64::new(0),
             errors: AtomicU64::new(0),
-            open: AtomicBool::new(false),
         }
     }
 
@@ -56,11 +54,6 @@ impl Watermark {
     /// Devices failing when the span opened (bit `i`: device `i`).
     pub(crate) fn start_failing(&self) -> u64 {
         self.start_failing.load(Ordering::Relaxed)
-    }
-
-    /// Stops raising this watermark; the sampler recycles it.
-    pub(crate) fn close(&self) {
-        self.open.store(false, Ordering::Release);
     }
 
     /// Sampler ticks taken while the span was open.
