@@ -13,7 +13,7 @@
 
 use std::collections::HashSet;
 use std::ffi::OsString;
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Mutex;
@@ -165,14 +165,32 @@ impl Board {
     /// Posts `alarm` as `rank-<rank>-<time>.json`, written aside and renamed into place
     /// so that a watcher never reads half of it.
     pub(crate) fn post(&self, alarm: &Alarm) -> std::io::Result<PathBuf> {
+        self.post_through(alarm, |file| file)
+    }
+
+    /// [`post`](Self::post), writing through `wrap` (a test's full disk). What cannot be
+    /// written whole is removed: a full disk leaves no part of an alarm behind.
+    fn post_through<W: std::io::Write>(
+        &self,
+        alarm: &Alarm,
+        wrap: impl FnOnce(std::fs::File) -> W,
+    ) -> std::io::Result<PathBuf> {
         std::fs::create_dir_all(&self.dir)?;
         let name = format!("{}{}.json", file_prefix(alarm.rank), alarm.time_unix_nano);
         let path = self.dir.join(&name);
         let aside = self.dir.join(format!(".{name}.tmp"));
-        let text = serde_json::to_string(alarm).map_err(std::io::Error::other)?;
-        std::fs::write(&aside, text + "\n")?;
-        std::fs::rename(&aside, &path)?;
-        Ok(path)
+        let text = serde_json::to_string(alarm).map_err(std::io::Error::other)? + "\n";
+        let posted = std::fs::File::create(&aside)
+            .and_then(|file| {
+                let mut file = wrap(file);
+                file.write_all(text.as_bytes())?;
+                file.flush()
+            })
+            .and_then(|()| std::fs::rename(&aside, &path));
+        if posted.is_err() {
+            let _ = std::fs::remove_file(&aside);
+        }
+        posted.map(|()| path)
     }
 
     fn own(&self, name: &str) -> bool {
@@ -522,6 +540,41 @@ mod tests {
         let answer = answer.recv_timeout(Duration::from_secs(10));
         release(&fifo);
         assert_eq!(answer.expect("read without waiting for a writer"), Ok(None));
+    }
+
+    /// A disk with room for `room` more bytes.
+    struct FullDisk {
+        file: std::fs::File,
+        room: usize,
+    }
+
+    impl std::io::Write for FullDisk {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            let n = self.file.write(&buf[..buf.len().min(self.room)])?;
+            self.room -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.file.flush()
+        }
+    }
+
+    #[test]
+    fn an_alarm_that_meets_a_full_disk_fails_and_leaves_no_part_behind() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let board = board(dir.path(), 3);
+        let posted = board.post_through(&alarm(3, 7), |file| FullDisk { file, room: 16 });
+        let error = posted.expect_err("a full disk fails the post");
+        assert_eq!(error.raw_os_error(), Some(libc::ENOSPC));
+        let left: Vec<OsString> = std::fs::read_dir(&board.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "no part of the alarm is left: {left:?}");
     }
 
     #[test]

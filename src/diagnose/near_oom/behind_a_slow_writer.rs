@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::file::{write_job, write_job_to};
+use super::file::{write_job, write_job_through};
 use super::queue::{Writer, CAPACITY};
 use super::*;
 use crate::diagnose::peers::{Alarm, Board};
@@ -281,16 +281,47 @@ fn an_oom_while_the_writer_is_stopping_still_gets_its_alarm_and_file() {
     setup.gate.open();
 }
 
+/// A disk with room for `room` bytes of the file: a write past them fails as on a full
+/// disk.
+struct FullDisk<W> {
+    file: W,
+    room: usize,
+}
+
+impl<W: std::io::Write> std::io::Write for FullDisk<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.room == 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        let n = buf.len().min(self.room);
+        let n = self.file.write(&buf[..n])?;
+        self.room -= n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
 #[test]
-fn an_oom_whose_file_meets_a_full_disk_still_tells_the_other_ranks() {
-    // Every file goes to /dev/full, where a write fails as on a full disk.
-    let setup = recorder_with(|job: &Job| write_job_to(job, Path::new("/dev/full")));
+fn an_oom_whose_file_meets_a_full_disk_still_tells_the_other_ranks_and_leaves_no_part() {
+    // The disk fills 64 bytes into each file: some of it is on disk when the write fails.
+    let setup =
+        recorder_with(|job: &Job| write_job_through(job, |file| FullDisk { file, room: 64 }));
     setup.gate.open();
     let recorder = &setup.recorder;
-    cross_together(recorder, 1);
     recorder.record_oom("out of memory");
     let told = alarms(&setup.alarms);
     assert!(told.iter().any(|a| a.event == event::OOM), "{told:?}");
-    assert!(oom_files(&setup.run_dir).is_empty());
+    let left: Vec<PathBuf> = std::fs::read_dir(&setup.run_dir)
+        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "no part of the file is left: {left:?}");
+    let pending = recorder.pending();
+    let oom: Vec<&PendingEvent> = pending.iter().filter(|e| e.name == event::OOM).collect();
+    assert_eq!(oom.len(), 1);
+    assert_eq!(timeline_of(oom[0]), None, "the event names no file");
+    drop(pending);
     assert!(recorder.stop_by(Instant::now() + Duration::from_secs(30)));
 }

@@ -130,20 +130,41 @@ pub(super) struct DeviceColumn<'a> {
 
 /// Writes the file, with its folder if need be.
 pub(super) fn write_job(job: &Job) -> std::io::Result<()> {
-    write_job_to(job, &job.path)
+    write_job_through(job, |file| file)
 }
 
-/// Writes what `job` says to `path`.
-pub(super) fn write_job_to(job: &Job, path: &std::path::Path) -> std::io::Result<()> {
-    use std::io::Write as _;
-    if let Some(dir) = path.parent() {
+/// Writes what `job` says through `wrap` (a test's full disk) to a name of its own beside
+/// `job.path`, then renames it into place: a file that cannot be written whole (a full
+/// disk) is removed, and one a signal cuts short keeps that name, so `job.path` is only
+/// ever a whole file.
+pub(super) fn write_job_through<W: std::io::Write>(
+    job: &Job,
+    wrap: impl FnOnce(std::fs::File) -> W,
+) -> std::io::Result<()> {
+    if let Some(dir) = job.path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let body = job.body();
-    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
-    serde_json::to_writer(&mut file, &body)?;
+    let aside = aside(&job.path);
+    let written = write_body(job, wrap(std::fs::File::create(&aside)?))
+        .and_then(|()| std::fs::rename(&aside, &job.path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&aside);
+    }
+    written
+}
+
+fn write_body(job: &Job, file: impl std::io::Write) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut file = std::io::BufWriter::new(file);
+    serde_json::to_writer(&mut file, &job.body())?;
     file.write_all(b"\n")?;
     // Written, not synced: the page cache outlives the process (what an out-of-memory
     // error may end), and an fsync on a busy disk stalls the sampler's ticks with it.
     file.flush()
+}
+
+/// `.<name>.tmp` beside `path`: hidden, and no `near-oom-*.json` a reader picks up.
+pub(super) fn aside(path: &std::path::Path) -> std::path::PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(".{name}.tmp"))
 }

@@ -263,7 +263,6 @@ impl Recorder {
         let open = self.open_spans.open();
         let finding = self.finding(&snapshot, event::OOM, device, now, Some(message), &open);
         let alarm = self.alarm(&snapshot, event::OOM, device, now, &open);
-        self.report(event::OOM, now, finding.attributes, Some(finding.name));
         let (done, finished) = mpsc::sync_channel(1);
         write_now(
             &self.writer,
@@ -273,8 +272,11 @@ impl Recorder {
                 done: Some(done),
             },
         );
-        // Waited for with the ring unlocked: the sampler keeps sampling meanwhile.
-        let _ = finished.recv_timeout(OOM_WAIT);
+        // Waited for with the ring unlocked: the sampler keeps sampling meanwhile. The
+        // event names the file only once it is there whole.
+        let written = finished.recv_timeout(OOM_WAIT).unwrap_or(false);
+        let timeline = written.then_some(finding.name);
+        self.report(event::OOM, now, finding.attributes, timeline);
     }
 
     /// One device's finding: its event's attributes (all but the file's name), the file's
@@ -558,8 +560,9 @@ mod tests {
     fn stopping_waits_at_most_its_bound_for_a_writer_stuck_in_the_file_system() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         // Opening a FIFO for writing blocks until a reader opens it: a file system that
-        // hangs, as a stale network mount does.
-        let fifo = dir.path().join("near-oom-stuck.json");
+        // hangs, as a stale network mount does. The file is written aside first.
+        let path = dir.path().join("near-oom-stuck.json");
+        let fifo = file::aside(&path);
         let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
@@ -573,7 +576,7 @@ mod tests {
         )
         .expect("the writer starts");
         let job = Job {
-            path: fifo.clone(),
+            path,
             event: "gpu.memory.near_oom",
             unix_nanos: 1,
             message: None,

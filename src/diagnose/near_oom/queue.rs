@@ -28,8 +28,8 @@ pub(super) struct Batch {
     /// What the job's other ranks are told, in a job of several.
     pub(super) alarm: Option<Alarm>,
     pub(super) files: Vec<Job>,
-    /// Told once every file is written (or failed).
-    pub(super) done: Option<SyncSender<()>>,
+    /// Told once every file is written (or failed): whether all were written whole.
+    pub(super) done: Option<SyncSender<bool>>,
 }
 
 /// How a file is written: [`write_job`], or a test's slower one.
@@ -70,17 +70,21 @@ impl Writer {
                 );
             }
         }
+        let mut all_written = true;
         for job in &batch.files {
             match (self.write)(job) {
                 Ok(()) => eprintln!("{}", job.warning),
-                Err(error) => eprintln!(
-                    "gpuspan: warning: cannot write {}: {error}",
-                    job.path.display()
-                ),
+                Err(error) => {
+                    all_written = false;
+                    eprintln!(
+                        "gpuspan: warning: cannot write {}: {error}; no part of it is kept",
+                        job.path.display()
+                    )
+                }
             }
         }
         if let Some(done) = batch.done {
-            let _ = done.send(());
+            let _ = done.send(all_written);
         }
     }
 }
