@@ -325,3 +325,69 @@ fn an_oom_whose_file_meets_a_full_disk_still_tells_the_other_ranks_and_leaves_no
     drop(pending);
     assert!(recorder.stop_by(Instant::now() + Duration::from_secs(30)));
 }
+
+#[test]
+fn an_oom_whose_thread_cannot_start_posts_its_alarm_and_leaves_its_file_unwritten() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let alarms_dir = dir.path().join("alarms");
+    let board = Board::in_dir(alarms_dir.clone(), 0);
+    let writes = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&writes);
+    let writer = Arc::new(Writer {
+        board: Some(board),
+        write: Arc::new(move |job: &Job| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            write_job(job)
+        }),
+    });
+    let job = Job {
+        path: dir.path().join("near-oom-oom.json"),
+        event: event::OOM,
+        unix_nanos: 1,
+        message: Some("out of memory".into()),
+        threshold: 0.95,
+        device: 0,
+        ids: vec![GpuId::gpu(0)],
+        used: Some(HIGH),
+        limit: Some(TOTAL),
+        rise: None,
+        rise_span: None,
+        open: Vec::new(),
+        ring: Arc::default(),
+        warning: "written".into(),
+    };
+    let alarm = Alarm {
+        rank: 0,
+        host: None,
+        event: event::OOM.into(),
+        time_unix_nano: 1,
+        gpu: GpuId::gpu(0),
+        epoch: None,
+        step: None,
+        peak: Some(HIGH),
+        limit: Some(TOTAL),
+    };
+    let (done, finished) = std::sync::mpsc::sync_channel(1);
+    let no_thread = |_: Box<dyn FnOnce() + Send>| Err(std::io::Error::other("no threads left"));
+    queue::write_now_spawning(
+        &writer,
+        Batch {
+            alarm: Some(alarm),
+            files: vec![job],
+            done: Some(done),
+        },
+        no_thread,
+    );
+    assert_eq!(alarms(&alarms_dir).len(), 1, "the other ranks are told");
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        0,
+        "no file is written on the caller"
+    );
+    assert!(files(dir.path(), "near-oom-").is_empty());
+    assert_eq!(
+        finished.try_recv(),
+        Ok(false),
+        "told at once: no file written"
+    );
+}

@@ -89,22 +89,51 @@ impl Writer {
     }
 }
 
-/// Runs `batch` on a thread of its own (on this one if none can start), for an
-/// out-of-memory error: it waits behind no other file.
+/// Runs `batch` on a thread of its own, for an out-of-memory error: it waits behind no
+/// other file.
 pub(super) fn write_now(writer: &Arc<Writer>, batch: Batch) {
+    write_now_spawning(writer, batch, |work| {
+        std::thread::Builder::new()
+            .name("gpuspan-oom".into())
+            .spawn(work)
+            .map(drop)
+    });
+}
+
+/// [`write_now`], starting its thread with `spawn`. When no thread can start, the caller
+/// (the program, maybe about to die) only posts the alarm, one small file, and the
+/// timeline is left unwritten with one line: a file of the whole window on a slow disk
+/// must not hold the program with no bound.
+pub(super) fn write_now_spawning(
+    writer: &Arc<Writer>,
+    batch: Batch,
+    spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> std::io::Result<()>,
+) {
     let shared = Arc::clone(writer);
     let batch = Arc::new(Mutex::new(Some(batch)));
     let taken = Arc::clone(&batch);
-    let started = std::thread::Builder::new()
-        .name("gpuspan-oom".into())
-        .spawn(move || {
-            if let Some(batch) = lock(&taken).take() {
-                shared.run(batch);
-            }
-        });
-    if started.is_err() {
+    let started = spawn(Box::new(move || {
+        if let Some(batch) = lock(&taken).take() {
+            shared.run(batch);
+        }
+    }));
+    if let Err(error) = started {
         if let Some(batch) = lock(&batch).take() {
-            writer.run(batch);
+            writer.run(Batch {
+                alarm: batch.alarm,
+                files: Vec::new(),
+                done: None,
+            });
+            for job in &batch.files {
+                eprintln!(
+                    "gpuspan: warning: no thread could start to write {} ({error}): the \
+                     out-of-memory error's timeline is not written, only its event and alarm",
+                    job.path.display()
+                );
+            }
+            if let Some(done) = batch.done {
+                let _ = done.send(batch.files.is_empty());
+            }
         }
     }
 }
