@@ -13,7 +13,7 @@
 
 use std::collections::HashSet;
 use std::ffi::OsString;
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Mutex;
