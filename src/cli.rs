@@ -86,6 +86,10 @@ enum Command {
         /// holds up to twice --max-request-bytes (its body, decompressed) besides the queue.
         #[arg(long, default_value_t = crate::collect::DEFAULT_MAX_CONCURRENT_REQUESTS)]
         max_concurrent_requests: usize,
+        /// Connections served at once, gRPC and HTTP together; more wait to be accepted.
+        /// Each holds at most 512 KiB before a request of it is read.
+        #[arg(long, default_value_t = crate::collect::DEFAULT_MAX_CONNECTIONS)]
+        max_connections: usize,
     },
     /// Runs a command with a collector on a free local port: its OpenTelemetry spans get GPU
     /// memory, and a `run` span covers the command. Returns the command's exit code.
@@ -185,12 +189,16 @@ where
             max_request_bytes,
             max_queue_bytes,
             max_concurrent_requests,
+            max_connections,
         } => collect(
             grpc.0,
             http.0,
-            max_request_bytes,
-            max_queue_bytes,
-            max_concurrent_requests,
+            Limits {
+                max_request_bytes,
+                max_queue_bytes,
+                max_concurrent_requests,
+                max_connections,
+            },
         ),
         #[cfg(feature = "collect")]
         Command::Run { protocol, command } => {
@@ -500,13 +508,20 @@ fn selftest(mib: u64, interval: Duration) -> u8 {
     }
 }
 
+/// What `gpuspan collect` holds at most, from its command line.
+#[cfg(feature = "collect")]
+struct Limits {
+    max_request_bytes: usize,
+    max_queue_bytes: usize,
+    max_concurrent_requests: usize,
+    max_connections: usize,
+}
+
 #[cfg(feature = "collect")]
 fn collect(
     grpc: Option<std::net::SocketAddr>,
     http: Option<std::net::SocketAddr>,
-    max_request_bytes: usize,
-    max_queue_bytes: usize,
-    max_concurrent_requests: usize,
+    limits: Limits,
 ) -> Result<(), CommandError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals =
@@ -514,9 +529,10 @@ fn collect(
     let collector = crate::collect::Collector::builder()
         .grpc_addr(grpc)
         .http_addr(http)
-        .max_request_bytes(max_request_bytes)
-        .max_queue_bytes(max_queue_bytes)
-        .max_concurrent_requests(max_concurrent_requests)
+        .max_request_bytes(limits.max_request_bytes)
+        .max_queue_bytes(limits.max_queue_bytes)
+        .max_concurrent_requests(limits.max_concurrent_requests)
+        .max_connections(limits.max_connections)
         .start()?;
     let listening: Vec<String> = [
         ("gRPC", collector.grpc_addr()),

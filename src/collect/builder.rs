@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{
     CollectError, Collector, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR, DEFAULT_MAX_CONCURRENT_REQUESTS,
-    DEFAULT_MAX_QUEUE_BYTES, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_QUEUE_BYTES, DEFAULT_MAX_REQUEST_BYTES,
 };
 use crate::config::CodeSettings;
 
@@ -19,6 +19,7 @@ pub struct CollectorBuilder {
     pub(super) max_request_bytes: usize,
     pub(super) max_queue_bytes: usize,
     pub(super) max_concurrent_requests: usize,
+    pub(super) max_connections: usize,
     pub(super) service_name: String,
     pub(super) code: CodeSettings,
 }
@@ -31,6 +32,7 @@ impl Default for CollectorBuilder {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_queue_bytes: DEFAULT_MAX_QUEUE_BYTES,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             service_name: "gpuspan-collect".into(),
             code: CodeSettings::default(),
         }
@@ -71,6 +73,14 @@ impl CollectorBuilder {
     /// each, besides the queue's bound.
     pub fn max_concurrent_requests(mut self, requests: usize) -> Self {
         self.max_concurrent_requests = requests.max(1);
+        self
+    }
+
+    /// Connections served at once, on both addresses together (default
+    /// [`DEFAULT_MAX_CONNECTIONS`], at least 1); more wait to be accepted. Each holds at most
+    /// [`CONNECTION_BYTES`](super::CONNECTION_BYTES) before a request of it is read.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections.max(1);
         self
     }
 

@@ -160,6 +160,7 @@ impl Collector {
             options.max_concurrent_requests,
         );
         let router = server::router(intake);
+        let connections = server::connection_limit(options.max_connections);
         let mut servers = Vec::new();
         let mut bound = [None, None];
         for (slot, addr) in [options.grpc, options.http].into_iter().enumerate() {
@@ -169,7 +170,12 @@ impl Collector {
                 let _ = stopped.wait_for(|s| *s).await;
             };
             let (local, task) = runtime
-                .block_on(server::serve(addr, router.clone(), signal))
+                .block_on(server::serve(
+                    addr,
+                    router.clone(),
+                    Arc::clone(&connections),
+                    signal,
+                ))
                 .map_err(|source| CollectError::Bind { addr, source })?;
             bound[slot] = Some(local);
             servers.push(task);

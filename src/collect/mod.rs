@@ -70,6 +70,14 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 << 20;
 /// The default number of requests read, decompressed and decoded at once; more wait their
 /// turn.
 pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 2;
+/// The default number of connections served at once (on both addresses together); more
+/// wait to be accepted.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 128;
+/// The most a connection holds before a request of it is read: over HTTP/1.1 the request's
+/// head (at most 64 KiB); over HTTP/2 its streams' headers (4 streams of at most 16 KiB)
+/// and the start of their bodies (a 64 KiB window), with the connection's own buffers and
+/// tasks (about 240 KiB measured, at most).
+pub const CONNECTION_BYTES: usize = 512 << 10;
 /// The default bound of the forward queue, in bytes of decoded requests (256 MiB): what is
 /// being decoded, waits for the forward target and is being sent, the spans' memory
 /// figures included. A 16 MiB request of small spans is 100 to 140 MiB once decoded; an
