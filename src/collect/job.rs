@@ -50,8 +50,13 @@ impl Job {
         // Blocked in this thread, so in the child until it runs the command: a signal sent
         // to gpuspan's group before the child has left it waits there, and is dropped (it
         // is gpuspan's, which passes it on).
-        let blocked =
-            Blocked::signals(&[libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGTTOU]);
+        let blocked = Blocked::signals(&[
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTERM,
+            libc::SIGTTOU,
+        ]);
         let mask = blocked.previous;
         // SAFETY: the closure makes only async-signal-safe calls.
         unsafe { command.pre_exec(move || become_a_job(tty, take, &mask)) };

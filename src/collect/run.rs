@@ -44,11 +44,11 @@ pub struct RunOutcome {
 /// The command runs as a shell with job control runs a job: in a process group of its own,
 /// which gets the terminal while it runs when an interactive shell started gpuspan as a job
 /// in the foreground (gpuspan leads its group, and that group holds the terminal). A Ctrl-C
-/// typed at the terminal then reaches the command's group directly; SIGINT, SIGQUIT and
-/// SIGTERM sent to gpuspan, to its pid or to its whole group, are passed on to the
-/// command's group. Either way each process there gets the signal once. A Ctrl-Z stops the
+/// typed at the terminal then reaches the command's group directly; SIGHUP, SIGINT, SIGQUIT
+/// and SIGTERM sent to gpuspan, to its pid or to its whole group (a shell hangs up its jobs
+/// so when its terminal closes), are passed on to the command's group. Either way each process there gets the signal once. A Ctrl-Z stops the
 /// command and then gpuspan's own group (so the shell sees its job stopped); continuing
-/// gpuspan continues the command. Once the command has ended, the three signals have again
+/// gpuspan continues the command. Once the command has ended, the four signals have again
 /// the dispositions they had before the call (by default, they end the process).
 ///
 /// # Errors

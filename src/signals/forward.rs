@@ -1,7 +1,7 @@
-//! Passing SIGINT, SIGQUIT and SIGTERM on to commands gpuspan runs, for as long as it runs
-//! them, and giving the signals back their dispositions afterwards.
+//! Passing SIGHUP, SIGINT, SIGQUIT and SIGTERM on to commands gpuspan runs, for as long as
+//! it runs them, and giving the signals back their dispositions afterwards.
 //!
-//! While a [`Catching`] is alive, gpuspan's handler takes these three signals in place of
+//! While a [`Catching`] is alive, gpuspan's handler takes these four signals in place of
 //! whatever the process had (a signal the process ignores stays ignored); a thread passes
 //! each one on to every registered [`Target`], a process group. When the last `Catching`
 //! ends, each signal gets back the very `sigaction` it had, so a Ctrl-C after the command
@@ -23,8 +23,9 @@ use std::thread::JoinHandle;
 
 use libc::{c_int, pid_t};
 
-/// The signals passed on.
-pub(crate) const SIGNALS: [c_int; 3] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM];
+/// The signals passed on. SIGHUP among them: a shell whose terminal closes hangs up its
+/// jobs by signalling their process groups, and the command is in a group of its own.
+pub(crate) const SIGNALS: [c_int; 4] = [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM];
 
 /// The byte that tells the thread to end (no signal is numbered 0).
 const STOP: u8 = 0;
@@ -75,7 +76,7 @@ fn lock() -> std::sync::MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// While alive, SIGINT, SIGQUIT and SIGTERM are caught and passed on to the targets.
+/// While alive, SIGHUP, SIGINT, SIGQUIT and SIGTERM are caught and passed on to the targets.
 #[must_use = "the signals are given back when this is dropped"]
 pub(crate) struct Catching {
     _private: (),
@@ -303,7 +304,7 @@ extern "C" fn handler(signal: c_int) {
             libc::sigaction(signal, &default, std::ptr::null_mut());
             libc::raise(signal);
         } else {
-            // The three signals are numbered below 16.
+            // The signals are numbered below 16.
             wake(signal as u8);
         }
     }
