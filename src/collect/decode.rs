@@ -52,8 +52,8 @@ impl Format {
 /// A request turned away, with the HTTP status the OTLP/HTTP specification gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Rejection {
-    /// 400 (malformed), 413 (too large), 415 (content type or encoding) or 503 (the
-    /// forward queue is full: retry later).
+    /// 400 (malformed), 408 (a body too slow to arrive), 413 (too large), 415 (content
+    /// type or encoding) or 503 (the forward queue is full: retry later).
     pub(crate) status: u16,
     pub(crate) message: String,
 }
@@ -76,9 +76,10 @@ struct RpcStatus {
 /// The body of an error reply: a `google.rpc.Status` in the request's format (protobuf when
 /// the request's own content type was not understood).
 pub(crate) fn error_body(format: Format, rejection: &Rejection) -> Vec<u8> {
-    // gRPC codes: INVALID_ARGUMENT for malformed and unsupported input,
-    // RESOURCE_EXHAUSTED for too large, UNAVAILABLE for "retry later".
+    // gRPC codes: INVALID_ARGUMENT for malformed and unsupported input, DEADLINE_EXCEEDED
+    // for too slow, RESOURCE_EXHAUSTED for too large, UNAVAILABLE for "retry later".
     let code = match rejection.status {
+        408 => 4,
         413 => 8,
         503 => 14,
         _ => 3,

@@ -14,7 +14,7 @@ mod protobuf;
 mod schema;
 
 use super::decode::{Format, Rejection};
-pub(crate) use super::size::{allocation, ALLOCATION_OVERHEAD};
+use super::size::{allocation, ALLOCATION_OVERHEAD};
 
 /// What a body will hold once decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
