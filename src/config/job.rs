@@ -92,9 +92,28 @@ fn present(text: &str) -> Option<String> {
     (!text.is_empty() && !text.eq_ignore_ascii_case("none")).then(|| text.to_owned())
 }
 
-/// One directory name: path separators and control characters become `-`, and `.` or
-/// `..` alone gets the `job-` prefix.
+/// The longest directory name a job gets, in bytes: file systems allow 255, and a
+/// launcher's id has no limit of its own.
+const MAX_DIR_NAME: usize = 200;
+
+/// One directory name: path separators and control characters become `-`, `.` or `..`
+/// alone gets the `job-` prefix, and a name over [`MAX_DIR_NAME`] bytes is cut on a
+/// character boundary and ends in a checksum of the whole name, so two long ids differing
+/// only past the cut stay apart.
 fn dir_name(launcher: &str, id: &str) -> String {
+    let name = readable_dir_name(launcher, id);
+    if name.len() <= MAX_DIR_NAME {
+        return name;
+    }
+    let sum = format!("-{:08x}", crc32c::crc32c(name.as_bytes()));
+    let mut cut = MAX_DIR_NAME - sum.len();
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{sum}", &name[..cut])
+}
+
+fn readable_dir_name(launcher: &str, id: &str) -> String {
     let id: String = id
         .chars()
         .map(|c| {
@@ -130,5 +149,19 @@ mod tests {
         assert_eq!(dir_name("", ".."), "job-..");
         assert_eq!(dir_name("pmix", "a\\b\nc"), "pmix-a-b-c");
         assert_eq!(dir_name("", "torch-1f2e"), "torch-1f2e");
+    }
+
+    #[test]
+    fn an_id_longer_than_a_file_name_gets_a_short_directory_that_keeps_two_jobs_apart() {
+        let long = "é".repeat(200);
+        let other = format!("{}x", "é".repeat(199));
+        let (a, b) = (dir_name("pmix", &long), dir_name("pmix", &other));
+        for name in [&a, &b] {
+            assert!(name.len() <= MAX_DIR_NAME, "{} bytes", name.len());
+            assert!(name.starts_with("pmix-éé"), "{name}");
+        }
+        assert_ne!(a, b);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(&a)).unwrap();
     }
 }
