@@ -7,11 +7,9 @@
 2. The hooks alone, in this process: the two hooks PyTorch calls around each
    `optimizer.step()` (ending one step span and opening the next, spans going to a run
    directory), against two hooks that do nothing, taking turns; the difference of the
-   medians of the training thread's CPU time is what the hooks add to each step. They are
-   called directly, not through a bare `optimizer.step()` loop: a tiny optimizer step run
-   back to back keeps its code and data hot in the caches, and anything interleaved with
-   it (ten Python objects allocated, here) makes it 20 to 30 us slower, which would be
-   charged to the hooks though a real step's forward and backward passes evict it anyway.
+   medians of the training thread's CPU time is what the hooks cost called back to back,
+   hot in the caches. Inside a real step, whose forward and backward passes evict the
+   caches, they cost several times that: torch_hooks.py measures them there.
 
 Wall time and the training thread's CPU time are both shown: on a busy machine the
 export thread's work competes with the training thread for a core, which wall time shows
