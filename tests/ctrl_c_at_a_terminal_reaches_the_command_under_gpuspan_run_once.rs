@@ -114,8 +114,22 @@ fn count_sigints(mut gpuspan: Command, dir: &Path, terminal: bool, sent: Sent) -
     let mut child = gpuspan.spawn().unwrap();
     drop(gpuspan);
     let output = terminal.then(|| pty.drain());
-    wait_for_file(&dir.join("ready"), &mut child);
     let pid = child.id() as libc::pid_t;
+    let _gpuspan = support::signalled::KilledOnPanic(vec![pid]);
+    wait_for_file(&dir.join("ready"), &mut child);
+    // The counter runs in the command's process group, which gpuspan's end would not end.
+    let counter: libc::pid_t = std::fs::read_to_string(dir.join("ready"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: getpgid has no memory-safety preconditions.
+    let group = unsafe { libc::getpgid(counter) };
+    let mut command = vec![counter];
+    if group > 1 {
+        command.push(-group);
+    }
+    let _command = support::signalled::KilledOnPanic(command);
     // gpuspan is held stopped while the signal is sent, as a busy machine may hold it: a
     // SIGINT the command got directly is then handled before any gpuspan passes on, and two
     // cannot merge into one while pending.

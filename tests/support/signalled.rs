@@ -152,6 +152,21 @@ pub fn send(pid: i32, signal: i32) {
     assert_eq!(rc, 0, "kill({pid}, {signal})");
 }
 
+/// Kills its processes (a negative id: a process group) with SIGKILL when a test panics
+/// while they may still run, so a failed test leaves nothing behind, stopped or not.
+pub struct KilledOnPanic(pub Vec<i32>);
+
+impl Drop for KilledOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for &pid in self.0.iter().filter(|pid| !matches!(pid, -1 | 0 | 1)) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
 /// The signal that ended a process, if one did.
 pub fn killed_by(status: ExitStatus) -> Option<i32> {
     status.signal()
