@@ -77,23 +77,16 @@ impl Collector {
         options.code.whole_node = true;
         let settings = config::resolve(&options.code)?;
         let cell = Arc::new(OnceLock::new());
-        let mut builder = crate::Telemetry::builder()
-            .service_name(options.service_name.clone())
-            .run_id(settings.run_id.clone())
-            .run_dir(settings.run_root.clone())
-            .sample_interval(settings.sample_interval)
-            .traces_exporter(crate::Exporter::None)
-            .summary(false)
-            .flush_on_signal(false);
-        if let Some(endpoint) = &options.code.endpoint {
-            builder = builder.endpoint(endpoint.clone());
-        }
-        if let Some(protocol) = options.code.protocol {
-            builder = builder.protocol(protocol);
-        }
-        if let Some(lib) = &settings.nvml_lib {
-            builder = builder.nvml_lib(lib.clone());
-        }
+        // The collector's own gauges, from the settings resolved above: the spans it
+        // receives are forwarded, not its own.
+        let own = config::Settings {
+            service_name: options.service_name.clone(),
+            traces: config::Destination::Plain(crate::Exporter::None),
+            summary: false,
+            flush_on_signal: false,
+            ..settings.clone()
+        };
+        let mut builder = crate::Telemetry::builder();
         let mut processes = None;
         #[cfg(feature = "nvml")]
         if let Ok(source) =
@@ -108,7 +101,7 @@ impl Collector {
             processes,
             inner: None,
         }));
-        let telemetry = builder.build()?;
+        let telemetry = builder.build_resolved(own)?;
         let interval = telemetry
             .sampler_stats()
             .map_or(settings.sample_interval, |s| s.interval);

@@ -241,6 +241,14 @@ impl Builder {
     /// See [`InitError`].
     pub fn build(self) -> Result<Telemetry, InitError> {
         let settings = config::resolve(&self.code)?;
+        self.build_resolved(settings)
+    }
+
+    /// As [`build`](Self::build), with the configuration `settings` resolved already (the
+    /// collector's, which measures the whole node): nothing set on this builder's
+    /// configuration setters is read, and the environment is not read for it again.
+    #[cfg_attr(not(feature = "collect"), allow(dead_code))]
+    pub(crate) fn build_resolved(self, settings: config::Settings) -> Result<Telemetry, InitError> {
         let diagnose = super::diagnose_setters::resolve(&self.diagnose)?;
         if settings.disabled {
             return Ok(Telemetry { inner: None });
