@@ -1,7 +1,7 @@
 //! Spans per second through one OpenTelemetry Collector agent (collector/agent.yaml) and one
 //! gateway (collector/gateway.yaml), side by side with the same spans sent straight to an
 //! OTLP receiver (the baseline), and the collectors' CPU per thousand spans: the figures the
-//! README's scale section rests on.
+//! guide's scale section (docs/jobs.md, "Many nodes") rests on.
 //!
 //! Each row: one process's `step_span!` spans (1 fake NVML device, every memory attribute),
 //! produced as fast as the training thread goes into an export queue large enough to hold

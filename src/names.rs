@@ -1,6 +1,6 @@
 //! Every name gpuspan writes on the wire: span names, attribute keys, event names and
 //! metric instruments, in one place, as `opentelemetry-semantic-conventions` keeps the
-//! OTel ones. These strings are public API (the contract in the README lists them): code
+//! OTel ones. These strings are public API (the guide's tables in docs/ list them): code
 //! that writes or reads one of them takes it from here, never spells it again.
 //!
 //! This module imports nothing: it is the ground every other module stands on.

@@ -141,7 +141,7 @@ fn compression_set_in_code_wins_both_ways() {
         if protocol == Protocol::Grpc {
             // opentelemetry-otlp's gRPC client reads OTEL_EXPORTER_OTLP_COMPRESSION itself
             // when it is given no compression, and has no way to be told "none": the one
-            // case where the environment still wins (README, Configuration).
+            // case where the environment still wins (docs/configuration.md).
             return;
         }
         let receiver = Receiver::start(protocol);

@@ -1,7 +1,7 @@
 //! The settings table lists every setting once; the builder has each row's setter and no
 //! setting outside the table, `gpuspan.init()` takes each row as a keyword (its stub says
-//! so, and python/tests checks the module itself), and the README's table of variables
-//! names every row's variables.
+//! so, and python/tests checks the module itself), and the guide's table of variables
+//! (docs/configuration.md) names every row's variables.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -68,9 +68,9 @@ fn python_init_takes_every_row_as_a_keyword() {
 }
 
 #[test]
-fn the_readme_names_every_variable_of_every_row() {
-    let readme = source("README.md");
-    let table: Vec<&str> = readme
+fn the_guide_names_every_variable_of_every_row() {
+    let guide = source("docs/configuration.md");
+    let table: Vec<&str> = guide
         .lines()
         .filter(|line| line.starts_with("| `GPUSPAN_") || line.starts_with("| `OTEL_"))
         .collect();
@@ -83,7 +83,7 @@ fn the_readme_names_every_variable_of_every_row() {
             };
             assert!(
                 documented,
-                "{var} ({}) is not in the README's table",
+                "{var} ({}) is not in the table of docs/configuration.md",
                 setting.name
             );
         }

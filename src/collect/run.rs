@@ -35,7 +35,7 @@ pub struct RunOutcome {
 }
 
 /// Runs `command` (program and arguments) with a collector on a free local port, then
-/// forwards its spans and a `run` span over it; see the README's "Other programs' spans".
+/// forwards its spans and a `run` span over it; see docs/collect.md, "Other programs' spans".
 ///
 /// The child gets `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_EXPORTER_OTLP_PROTOCOL` (both
 /// protocols are answered on the one port), `OTEL_SERVICE_NAME` from the command where

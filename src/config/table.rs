@@ -2,7 +2,8 @@
 //! in code, the variables that set it from the environment (in precedence order), what
 //! its grammar accepts and its default. Diagnosis and the report's pictures keep their
 //! rows next to their code; `telemetry::settings` lists them all, for the Python keywords, the
-//! README and the tests that keep those surfaces in step.
+//! guide's configuration table (docs/configuration.md) and the tests that keep those
+//! surfaces in step.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
