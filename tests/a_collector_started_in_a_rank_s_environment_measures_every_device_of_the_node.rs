@@ -1,3 +1,4 @@
+// A test binary of its own: it sets PATH and LOCAL_RANK, which the whole process reads.
 //! `gpuspan collect` measures the node, whatever environment it starts in: under a
 //! launcher's `LOCAL_RANK`, with NVML missing and `nvidia-smi` the only source, a span it
 //! receives still gets the figures of every device, not only the rank's.

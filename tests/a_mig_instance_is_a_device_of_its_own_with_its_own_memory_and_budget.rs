@@ -1,3 +1,4 @@
+// A test binary of its own: it sets variables every build in the process reads.
 //! A GPU in MIG mode: each MIG instance is a device of its own, read through its own NVML
 //! handle, with its own memory, processes, budget and batch-size limit. The parent GPU's
 //! figures (which count every instance again) are not read. `CUDA_VISIBLE_DEVICES` with a

@@ -1,3 +1,4 @@
+// A test binary of its own: it sets variables every build in the process reads.
 //! A setting given in code wins over the same setting in `OTEL_EXPORTER_OTLP_*`, on the
 //! wire: what the receiver gets, for headers, endpoint, protocol, compression and timeout,
 //! over gRPC and HTTP.

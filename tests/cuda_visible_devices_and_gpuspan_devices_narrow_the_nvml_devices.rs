@@ -1,3 +1,4 @@
+// A test binary of its own: it sets variables every build in the process reads.
 //! `CUDA_VISIBLE_DEVICES` (which NVML itself ignores) and `GPUSPAN_DEVICES` narrow the NVML
 //! devices gpuspan reads, by index and by `GPU-...` UUID; `GPUSPAN_DEVICES` beats
 //! `CUDA_VISIBLE_DEVICES`, and code beats both.

@@ -1,3 +1,4 @@
+// A test binary of its own: it sets variables every build reads, and counts the process's threads.
 //! `OTEL_SDK_DISABLED=true` starts no thread, writes no file, sends nothing, and the macros
 //! still compile and run.
 

@@ -1,3 +1,4 @@
+// A test binary of its own: it measures the resident memory of the process.
 //! Leaving is bounded and cheap: a driver call that hangs (a GPU fallen off the bus) cannot
 //! hang shutdown, and spans opened after shutdown cost nothing and keep nothing.
 

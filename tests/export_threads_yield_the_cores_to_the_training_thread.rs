@@ -1,3 +1,4 @@
+// A test binary of its own: it expects one export thread in the process.
 //! gpuspan's export threads run at a lower priority than the program (Linux `nice`, per
 //! thread), so on busy cores the training thread is served first; the sampler keeps the
 //! program's priority, since its schedule is what catches short spikes. This is what `top

@@ -1,3 +1,4 @@
+// A test binary of its own: it sets variables that every fake driver in the process reads.
 //! The fake `libnvidia-ml.so.1` in `tests/fake_nvml` answers the real
 //! `nvml-wrapper` with exactly the state its control functions set.
 

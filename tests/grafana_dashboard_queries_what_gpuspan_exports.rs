@@ -1,3 +1,4 @@
+// A test binary of its own: it sets variables every build in the process reads.
 //! The Grafana dashboard in collector/ asks for what gpuspan really exports: every metric
 //! its PromQL names is served by gpuspan's Prometheus endpoint (the names the collector's
 //! Prometheus exporter gives the same OTLP metrics), every label it uses comes from gpuspan

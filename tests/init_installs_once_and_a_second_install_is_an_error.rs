@@ -1,3 +1,4 @@
+// A test binary of its own: it installs the process's global subscriber.
 //! `gpuspan::init()` installs the global subscriber from the environment; a second install
 //! is an error that says what to do, not a panic.
 

@@ -1,3 +1,4 @@
+// A test binary of its own: it counts every allocation of the process.
 //! The forward queue is bounded in bytes of decoded requests, so its measure of a request
 //! must be what decoding one really allocates: measured here with a counting allocator, for
 //! spans as SDKs send them, for many tiny attributes, and for large string values.

@@ -1,3 +1,4 @@
+// A test binary of its own: it counts every allocation of the process.
 //! `gpuspan collect` refuses, before decoding it, a request it cannot hold: it reads from
 //! the body what decoding it will allocate. That figure must cover what decoding really
 //! allocates at its peak, measured here with a counting allocator, in protobuf and in

@@ -42,3 +42,14 @@ pub fn target_tmp_dir() -> PathBuf {
         .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.join("tmp")))
         .unwrap_or_else(std::env::temp_dir)
 }
+
+/// The name the test harness gives the test function `function` of the module at
+/// `module_path` (`module_path!()` where the test is), as `--exact` wants it: the module
+/// path without the test binary's own name, then the function. For a test that runs its
+/// own binary again, whether its file is a test binary of its own or a module of one.
+pub fn test_name(module_path: &str, function: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_binary, module)) => format!("{module}::{function}"),
+        None => function.to_owned(),
+    }
+}

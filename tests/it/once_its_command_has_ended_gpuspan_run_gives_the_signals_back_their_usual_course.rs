@@ -139,7 +139,12 @@ fn a_program_that_ran_a_command_keeps_its_own_handler_and_the_default_action() {
     let dir = tempfile::tempdir().unwrap();
     let out = clean_command(
         std::env::current_exe().unwrap(),
-        &[NAME, "--exact", "--nocapture", "--test-threads=1"],
+        &[
+            &support::test_name(module_path!(), NAME),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ],
         &[
             (HOST, "1"),
             ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),

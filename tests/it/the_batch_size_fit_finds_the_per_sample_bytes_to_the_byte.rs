@@ -132,7 +132,11 @@ fn a_batch_size_that_is_not_a_number_is_left_out_with_one_warning() {
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
-            "a_batch_size_that_is_not_a_number_is_left_out_with_one_warning",
+            support::test_name(
+                module_path!(),
+                "a_batch_size_that_is_not_a_number_is_left_out_with_one_warning",
+            )
+            .as_str(),
             "--exact",
             "--nocapture",
             "--test-threads=1",
