@@ -159,7 +159,7 @@ pub struct KilledOnPanic(pub Vec<i32>);
 impl Drop for KilledOnPanic {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            for &pid in self.0.iter().filter(|pid| !matches!(pid, -1 | 0 | 1)) {
+            for &pid in self.0.iter().filter(|pid| !matches!(pid, -1..=1)) {
                 // SAFETY: kill has no memory-safety preconditions.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
