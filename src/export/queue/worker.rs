@@ -132,7 +132,10 @@ impl<A: Accept, S: Sink<Item = A::Item>> Worker<A, S> {
             }
             self.poll_in_flight();
             let now = Instant::now();
-            let due = now >= deadline || !drains.is_empty();
+            // A failed batch was due already: its retry waits for its backoff, not for
+            // the next batch's delay.
+            let retry_due = self.retry_at.is_some_and(|at| now >= at);
+            let due = now >= deadline || !drains.is_empty() || retry_due;
             if self.waiting.len() >= self.config.batch || (due && !self.waiting.is_empty()) {
                 self.try_export(now);
             }
