@@ -1,6 +1,6 @@
 //! A metric exporter wrapper: runs the inner exporter inside the export runtime, retries a
-//! failed export with backoff until the next collection is due, and counts every data point
-//! as delivered or lost.
+//! failed export with backoff (100 ms doubling to 5 s) until the next collection is due, and
+//! counts every data point as delivered or lost. This is the only retry of metric exports.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,7 +21,8 @@ pub(crate) struct CountingMetricExporter<E> {
     health: Arc<ExportHealth>,
     /// How long one collection may be retried: the export interval.
     retry_for: Duration,
-    /// Set at shutdown: one attempt, no retries.
+    /// Set at shutdown: one attempt, no retries. The OTLP exporter under it does not retry
+    /// on its own (`otlp::configure!`), so an attempt is one request.
     stopping: Arc<AtomicBool>,
 }
 

@@ -63,6 +63,12 @@ fn build_error(signal: &'static str, target: &OtlpTarget, error: impl ToString) 
 /// (an interceptor for gRPC, a client wrapper for HTTP), after anything it added. It also
 /// reads `OTEL_EXPORTER_OTLP_*PROTOCOL` for any protocol it is not given, so the protocol
 /// is always given.
+///
+/// Its retry is turned off: by default it retries a refused or failed request three times
+/// itself (100 ms doubling to 1.6 s, with up to 100 ms of jitter, within the export
+/// timeout), over gRPC and HTTP, for spans and metrics alike. gpuspan's export queue and
+/// its metric exporter retry already, so each attempt they make is one request; with both
+/// layers one failure became four requests, and shutdown's one last attempt four too.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 macro_rules! configure {
     ($builder:expr, $target:expr, $signal:literal) => {{
@@ -78,6 +84,7 @@ macro_rules! configure {
                     .with_protocol(opentelemetry_otlp::Protocol::Grpc)
                     .with_endpoint(target.endpoint.clone())
                     .with_timeout(target.timeout)
+                    .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
                     .with_interceptor(grpc::OverrideHeaders(headers));
                 let builder = match target.compression {
                     Compression::Gzip => {
@@ -97,6 +104,7 @@ macro_rules! configure {
                     .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                     .with_endpoint(target.endpoint.clone())
                     .with_timeout(target.timeout)
+                    .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
                     .with_http_client(client)
                     .build()
             }
