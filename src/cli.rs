@@ -48,8 +48,8 @@ enum Command {
         /// MiB to allocate on each device (at most half of its free memory).
         #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
         mib: u64,
-        /// The sampling interval to test, such as 5ms.
-        #[arg(long, default_value = "5ms", value_parser = parse_sample_interval)]
+        /// The sampling interval to test (as `GPUSPAN_SAMPLE_INTERVAL` takes it).
+        #[arg(long, default_value = crate::config::table::SAMPLE_INTERVAL.row.setting.default, value_parser = parse_sample_interval)]
         interval: Duration,
     },
     /// Prints each device's memory every interval until interrupted.
@@ -131,15 +131,12 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     Ok(interval)
 }
 
-/// `--interval`: the settings' duration grammar, as `GPUSPAN_SAMPLE_INTERVAL` takes it.
+/// `--interval`: as `GPUSPAN_SAMPLE_INTERVAL` takes it (its grammar and its bounds).
 #[cfg(feature = "nvml")]
 fn parse_sample_interval(text: &str) -> Result<Duration, String> {
-    let interval = crate::config::parse::duration(text)
-        .map_err(|error| format!("expected {}", error.expected()))?;
-    if interval.is_zero() {
-        return Err("expected a duration above zero, such as 5ms".to_owned());
-    }
-    Ok(interval)
+    crate::config::table::SAMPLE_INTERVAL
+        .read(text)
+        .map_err(|error| format!("expected {}", error.expected()))
 }
 
 /// Runs the command line with `args` (the program name first, as in `std::env::args_os`),
@@ -585,5 +582,32 @@ mod tests {
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["rank-0", "rank-1", "rank-2", "rank-10"]);
+    }
+
+    /// `gpuspan selftest --interval` takes what `GPUSPAN_SAMPLE_INTERVAL` takes, and its
+    /// default is that setting's.
+    #[cfg(feature = "nvml")]
+    #[test]
+    fn the_selftest_interval_is_the_sample_interval_setting() {
+        use clap::Parser;
+        let interval = |args: &[&str]| {
+            let mut all = vec!["gpuspan", "selftest"];
+            all.extend_from_slice(args);
+            match Cli::try_parse_from(all) {
+                Ok(Cli {
+                    command: Command::Selftest { interval, .. },
+                    ..
+                }) => Ok(interval),
+                Ok(_) => panic!("not the selftest"),
+                Err(error) => Err(error.to_string()),
+            }
+        };
+        assert_eq!(interval(&[]), Ok(crate::DEFAULT_SAMPLE_INTERVAL));
+        let refused = interval(&["--interval", "50us"]).unwrap_err();
+        assert!(refused.contains("at least 100us"), "{refused}");
+        assert_eq!(
+            interval(&["--interval", "2ms"]),
+            Ok(std::time::Duration::from_millis(2))
+        );
     }
 }

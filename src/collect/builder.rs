@@ -114,7 +114,8 @@ impl CollectorBuilder {
         self
     }
 
-    /// The sampling interval (else `GPUSPAN_SAMPLE_INTERVAL`, else 5 ms).
+    /// The sampling interval (else `GPUSPAN_SAMPLE_INTERVAL`, else
+    /// [`DEFAULT_SAMPLE_INTERVAL`](crate::DEFAULT_SAMPLE_INTERVAL)).
     pub fn sample_interval(mut self, interval: Duration) -> Self {
         self.code.sample_interval = Some(interval);
         self

@@ -6,7 +6,7 @@
 use std::fmt::Debug;
 
 use super::error::{InvalidValue, SettingError};
-use super::table::{Row, Signal};
+use super::table::{Defaulted, Row, Signal};
 
 /// Where a resolved value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +64,15 @@ pub(crate) fn layered<T: Debug>(
     }
     let vars = row.setting.vars.precedence(signal);
     Ok(first_var(&vars, |text| row.read(text), env)?.map(|(v, var)| (v, Origin::Env(var))))
+}
+
+/// As [`layered`], without where it came from, and the row's default when nothing is set.
+pub(crate) fn resolved<T: Debug>(
+    row: &Defaulted<T>,
+    code: Option<T>,
+    env: Env<'_>,
+) -> Result<T, SettingError> {
+    Ok(layered(&row.row, code, None, env)?.map_or_else(row.value, |(value, _)| value))
 }
 
 /// The first of `vars` that is set, read with `read`; an error names the variable and

@@ -26,7 +26,7 @@ use crate::source::DeviceScope;
 pub(crate) use destination::{Destination, OtlpTarget};
 pub use error::InvalidValue;
 pub use kinds::{Compression, Exporter, Protocol};
-use layered::{first_var, layered, Env};
+use layered::{first_var, layered, resolved, Env};
 pub(crate) use sampling::Sampling;
 pub(crate) use table::Signal;
 pub(crate) use table::ROWS;
@@ -127,12 +127,11 @@ impl Settings {
 
 /// Where `gpuspan report` looks for runs: `GPUSPAN_RUN_DIR`, else `gpuspan-runs`.
 pub fn default_run_root() -> PathBuf {
-    run_root(None, Env::process()).unwrap_or_else(|_| PathBuf::from("gpuspan-runs"))
+    run_root(None, Env::process()).unwrap_or_else(|_| (table::RUN_DIR.value)())
 }
 
 fn run_root(code: Option<PathBuf>, env: Env<'_>) -> Result<PathBuf, InitError> {
-    Ok(layered(&table::RUN_DIR, code, None, env)?
-        .map_or_else(|| PathBuf::from("gpuspan-runs"), |(dir, _)| dir))
+    Ok(resolved(&table::RUN_DIR, code, env)?)
 }
 
 /// `OTEL_SERVICE_NAME`, for a command `gpuspan run` starts: the name it gets unless set.
@@ -152,7 +151,7 @@ pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
 /// As [`resolve`], with the variables read from `env`.
 fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> {
     use vars::*;
-    let disabled = layered(&table::DISABLED, code.disabled, None, env)?;
+    let disabled = resolved(&table::DISABLED, code.disabled, env)?;
     let resource = resource_attributes(code, env)?;
     let service_name = layered(&table::SERVICE_NAME, code.service_name.clone(), None, env)?
         .map(|(name, _)| name)
@@ -163,30 +162,19 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
                 .map(|(_, v)| v.clone())
         })
         .unwrap_or_else(default_service_name);
-    let sample_interval = layered(&table::SAMPLE_INTERVAL, code.sample_interval, None, env)?
-        .map_or(DEFAULT_SAMPLE_INTERVAL, |(interval, _)| interval);
+    let sample_interval = resolved(&table::SAMPLE_INTERVAL, code.sample_interval, env)?;
     let mut rank = rank(env)?;
     let job = job::job(code.job_id.as_deref(), env);
     rank.job_id = job.as_ref().map(|job| job.id.clone());
     let devices = device_scope(code, rank.local_rank, env)?;
     let (run_id, run_id_is_own) = run_id(code, job.as_ref(), env)?;
-    let metric_interval = layered(
-        &table::METRIC_EXPORT_INTERVAL,
-        code.metric_interval,
-        None,
-        env,
-    )?
-    .map_or(Duration::from_secs(60), |(interval, _)| interval);
+    let metric_interval = resolved(&table::METRIC_EXPORT_INTERVAL, code.metric_interval, env)?;
     let prometheus_addr =
         layered(&table::PROMETHEUS_ADDR, code.prometheus_addr, None, env)?.map(|(addr, _)| addr);
-    let export_queue = layered(&table::EXPORT_QUEUE, code.export_queue, None, env)?
-        .map_or(DEFAULT_EXPORT_QUEUE, |(n, _)| n.max(1));
+    let export_queue = resolved(&table::EXPORT_QUEUE, code.export_queue, env)?.max(1);
     let log_filter = first_var(&[RUST_LOG], log_filter, env)?.map(|(filter, _)| filter);
-    let flag = |row: &table::Row<bool>, code: Option<bool>| -> Result<bool, InitError> {
-        Ok(layered(row, code, None, env)?.is_none_or(|(value, _)| value))
-    };
     Ok(Settings {
-        disabled: disabled.is_some_and(|(d, _)| d),
+        disabled,
         service_name,
         resource,
         sample_interval,
@@ -203,8 +191,8 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
         prometheus_addr,
         export_queue,
         log_filter,
-        summary: flag(&table::SUMMARY, code.summary)?,
-        flush_on_signal: flag(&table::FLUSH_ON_SIGNAL, code.flush_on_signal)?,
+        summary: resolved(&table::SUMMARY, code.summary, env)?,
+        flush_on_signal: resolved(&table::FLUSH_ON_SIGNAL, code.flush_on_signal, env)?,
         sampling: sampling::sampling(env),
     })
 }

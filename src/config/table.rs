@@ -129,6 +129,12 @@ impl<T> Row<T> {
         self
     }
 
+    /// The row with a value of its own when nothing sets it: `value` gives it, and the
+    /// row's default text (what people read) says it, which a unit test holds them to.
+    pub(crate) const fn defaults_to(self, value: fn() -> T) -> Defaulted<T> {
+        Defaulted { row: self, value }
+    }
+
     /// Parses `text` and checks the bounds.
     pub(crate) fn read(&self, text: &str) -> Result<T, InvalidValue> {
         let value = (self.parse)(text)?;
@@ -143,16 +149,32 @@ impl<T> Row<T> {
     }
 }
 
+/// A row whose default is one value: the one definition of that default, which code,
+/// the row's default text and the documentation read.
+pub(crate) struct Defaulted<T: 'static> {
+    pub(crate) row: Row<T>,
+    /// The value when neither code nor a variable sets one.
+    pub(crate) value: fn() -> T,
+}
+
+impl<T> std::ops::Deref for Defaulted<T> {
+    type Target = Row<T>;
+
+    fn deref(&self) -> &Row<T> {
+        &self.row
+    }
+}
+
 /// The rows of the settings this module resolves; diagnosis and the pictures keep theirs
 /// next to their code, and `telemetry::settings` lists all of them.
 pub(crate) const ROWS: &[Setting] = &[
-    DISABLED.setting,
+    DISABLED.row.setting,
     SERVICE_NAME.setting,
     RESOURCE_ATTRIBUTES.setting,
-    SAMPLE_INTERVAL.setting,
+    SAMPLE_INTERVAL.row.setting,
     NVML_LIB.setting,
     DEVICES.setting,
-    RUN_DIR.setting,
+    RUN_DIR.row.setting,
     RUN_ID.setting,
     JOB_ID.setting,
     ENDPOINT.setting,
@@ -162,24 +184,25 @@ pub(crate) const ROWS: &[Setting] = &[
     COMPRESSION.setting,
     TRACES_EXPORTER.setting,
     METRICS_EXPORTER.setting,
-    METRIC_EXPORT_INTERVAL.setting,
+    METRIC_EXPORT_INTERVAL.row.setting,
     PROMETHEUS_ADDR.setting,
-    EXPORT_QUEUE.setting,
-    SUMMARY.setting,
-    FLUSH_ON_SIGNAL.setting,
+    EXPORT_QUEUE.row.setting,
+    SUMMARY.row.setting,
+    FLUSH_ON_SIGNAL.row.setting,
 ];
 
 const fn one(var: &'static [&'static str]) -> Vars {
     Vars::Ordered(var)
 }
 
-pub(crate) const DISABLED: Row<bool> = Row::new(
+pub(crate) const DISABLED: Defaulted<bool> = Row::new(
     "disabled",
     one(&[OTEL_SDK_DISABLED]),
     BOOLEAN,
     "false",
     boolean,
-);
+)
+.defaults_to(|| false);
 pub(crate) const SERVICE_NAME: Row<String> = Row::new(
     "service_name",
     one(&[OTEL_SERVICE_NAME]),
@@ -197,22 +220,26 @@ pub(crate) const RESOURCE_ATTRIBUTES: Row<Vec<(String, String)>> = Row::new(
 .setter("resource_attribute");
 
 /// Shortest sampling interval accepted.
-const MIN_SAMPLE_INTERVAL: Duration = Duration::from_micros(100);
+pub(crate) const MIN_SAMPLE_INTERVAL: Duration = Duration::from_micros(100);
 
-pub(crate) const SAMPLE_INTERVAL: Row<Duration> = Row::new(
+pub(crate) const SAMPLE_INTERVAL: Defaulted<Duration> = Row::new(
     "sample_interval",
     one(&[GPUSPAN_SAMPLE_INTERVAL]),
     DURATION,
     "5ms",
     duration,
 )
-.checked(|interval| {
+.checked(check_sample_interval)
+.defaults_to(|| super::DEFAULT_SAMPLE_INTERVAL);
+
+/// An interval the sampler can keep: at least [`MIN_SAMPLE_INTERVAL`].
+fn check_sample_interval(interval: &Duration) -> Result<(), &'static str> {
     if *interval < MIN_SAMPLE_INTERVAL {
-        Err("an interval of at least 100us (the default is 5ms)")
+        Err("an interval of at least 100us, such as 5ms")
     } else {
         Ok(())
     }
-});
+}
 pub(crate) const NVML_LIB: Row<PathBuf> = Row::new(
     "nvml_lib",
     one(&[GPUSPAN_NVML_LIB]),
@@ -227,13 +254,14 @@ pub(crate) const DEVICES: Row<DeviceScope> = Row::new(
     "CUDA_VISIBLE_DEVICES, else all",
     device_scope,
 );
-pub(crate) const RUN_DIR: Row<PathBuf> = Row::new(
+pub(crate) const RUN_DIR: Defaulted<PathBuf> = Row::new(
     "run_dir",
     one(&[GPUSPAN_RUN_DIR]),
     "a directory",
     "gpuspan-runs",
     path,
-);
+)
+.defaults_to(|| PathBuf::from("gpuspan-runs"));
 pub(crate) const RUN_ID: Row<String> = Row::new(
     "run_id",
     one(&[GPUSPAN_RUN_ID]),
@@ -319,7 +347,7 @@ pub(crate) const METRICS_EXPORTER: Row<Exporter> = Row::new(
     "otlp with an endpoint, else run_dir",
     exporter,
 );
-pub(crate) const METRIC_EXPORT_INTERVAL: Row<Duration> = Row::new(
+pub(crate) const METRIC_EXPORT_INTERVAL: Defaulted<Duration> = Row::new(
     "metric_export_interval",
     one(&[OTEL_METRIC_EXPORT_INTERVAL]),
     MILLIS,
@@ -332,7 +360,8 @@ pub(crate) const METRIC_EXPORT_INTERVAL: Row<Duration> = Row::new(
     } else {
         Ok(())
     }
-});
+})
+.defaults_to(|| Duration::from_secs(60));
 pub(crate) const PROMETHEUS_ADDR: Row<SocketAddr> = Row::new(
     "prometheus_addr",
     one(&[GPUSPAN_PROMETHEUS_ADDR]),
@@ -340,16 +369,18 @@ pub(crate) const PROMETHEUS_ADDR: Row<SocketAddr> = Row::new(
     "off",
     listen_addr,
 );
-pub(crate) const EXPORT_QUEUE: Row<usize> = Row::new(
+pub(crate) const EXPORT_QUEUE: Defaulted<usize> = Row::new(
     "export_queue",
     one(&[GPUSPAN_EXPORT_QUEUE]),
     COUNT,
     "65536",
     count,
-);
-pub(crate) const SUMMARY: Row<bool> = Row::new("summary", Vars::CodeOnly, BOOLEAN, "true", boolean);
-pub(crate) const FLUSH_ON_SIGNAL: Row<bool> =
-    Row::new("flush_on_signal", Vars::CodeOnly, BOOLEAN, "true", boolean);
+)
+.defaults_to(|| super::DEFAULT_EXPORT_QUEUE);
+pub(crate) const SUMMARY: Defaulted<bool> =
+    Row::new("summary", Vars::CodeOnly, BOOLEAN, "true", boolean).defaults_to(|| true);
+pub(crate) const FLUSH_ON_SIGNAL: Defaulted<bool> =
+    Row::new("flush_on_signal", Vars::CodeOnly, BOOLEAN, "true", boolean).defaults_to(|| true);
 
 /// What a run id may be.
 const RUN_IDS: &str = "a name without path separators, such as resnet-lr0.1";
@@ -390,6 +421,28 @@ mod tests {
         for var in &in_rows {
             assert!(ALL.contains(var), "{var} is not in config::vars");
         }
+    }
+
+    /// The default text people read names the value code falls back to.
+    fn says_its_default<T: PartialEq + std::fmt::Debug>(row: &Defaulted<T>) {
+        let text = row.setting.default;
+        assert_eq!(
+            row.read(text).ok(),
+            Some((row.value)()),
+            "{}: the default text {text:?} is not the default value",
+            row.setting.name
+        );
+    }
+
+    #[test]
+    fn every_default_text_reads_as_the_default_value() {
+        says_its_default(&DISABLED);
+        says_its_default(&SAMPLE_INTERVAL);
+        says_its_default(&RUN_DIR);
+        says_its_default(&METRIC_EXPORT_INTERVAL);
+        says_its_default(&EXPORT_QUEUE);
+        says_its_default(&SUMMARY);
+        says_its_default(&FLUSH_ON_SIGNAL);
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub(crate) const OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
 /// Milliseconds between metric exports.
 pub(crate) const OTEL_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
 
-/// The sampler's interval (`5ms`).
+/// The sampler's interval.
 pub(crate) const GPUSPAN_SAMPLE_INTERVAL: &str = "GPUSPAN_SAMPLE_INTERVAL";
 /// Path of `libnvidia-ml.so.1`.
 pub(crate) const GPUSPAN_NVML_LIB: &str = "GPUSPAN_NVML_LIB";

@@ -104,10 +104,7 @@ pub(crate) fn observers(
             name: d.name.clone(),
         })
         .collect();
-    let interval = match source.and_then(|s| s.min_interval()) {
-        Some(min) => settings.sample_interval.max(min),
-        None => settings.sample_interval,
-    };
+    let interval = crate::source::read_interval(source, settings.sample_interval);
     let origin = crate::util::time::unix_nanos(std::time::SystemTime::now());
     let writer = TimelineWriter::start(&dir, &devices, interval, origin).map_err(|source| {
         InitError::RunDir {

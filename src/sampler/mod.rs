@@ -112,10 +112,7 @@ impl Sampler {
         interval: Duration,
         observers: Vec<Box<dyn TickObserver>>,
     ) -> std::io::Result<Self> {
-        let interval = match source.as_ref().and_then(|s| s.min_interval()) {
-            Some(min) => interval.max(min),
-            None => interval,
-        };
+        let interval = crate::source::read_interval(source.as_deref(), interval);
         let (name, devices) = match &source {
             Some(source) => (source.name().to_owned(), source.devices().to_vec()),
             None => ("none".to_owned(), Vec::new()),

@@ -101,6 +101,16 @@ pub trait MemorySource: Send + 'static {
     }
 }
 
+/// The interval `source` is read at when `asked` for: never shorter than the source's own
+/// [`min_interval`](MemorySource::min_interval). The sampler and the timeline file both
+/// take it from here.
+pub(crate) fn read_interval(source: Option<&dyn MemorySource>, asked: Duration) -> Duration {
+    match source.and_then(|s| s.min_interval()) {
+        Some(min) => asked.max(min),
+        None => asked,
+    }
+}
+
 /// Lists the processes of one device at a time, for [`MemorySource::process_lister`].
 ///
 /// The sampler calls it from its thread while lists are cheap and from a thread of its

@@ -59,7 +59,8 @@ impl Builder {
         self
     }
 
-    /// How often the sampler reads memory (else `GPUSPAN_SAMPLE_INTERVAL`, else 5 ms).
+    /// How often the sampler reads memory (else `GPUSPAN_SAMPLE_INTERVAL`, else
+    /// [`DEFAULT_SAMPLE_INTERVAL`](crate::DEFAULT_SAMPLE_INTERVAL)).
     /// A spike that lasts two intervals is always in the peak.
     pub fn sample_interval(mut self, interval: Duration) -> Self {
         self.code.sample_interval = Some(interval);

@@ -1,7 +1,8 @@
 //! The settings table lists every setting once; the builder has each row's setter and no
 //! setting outside the table, `gpuspan.init()` takes each row as a keyword (its stub says
 //! so, and python/tests checks the module itself), and the guide's table of variables
-//! (docs/configuration.md) names every row's variables.
+//! (docs/configuration.md, or wherever the reference keeps it) names every row's variables,
+//! with the default the row says.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,6 +20,33 @@ fn setters_in(text: &str) -> Vec<String> {
         .filter_map(|line| line.trim().strip_prefix("pub fn "))
         .filter(|rest| rest.contains("(mut self"))
         .filter_map(|rest| rest.split(['(', '<']).next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The lines of the variables' table, wherever the reference keeps it: the README or a
+/// page under docs/.
+fn table_lines() -> Vec<String> {
+    let mut pages = vec![source("README.md")];
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let mut dirs = vec![docs];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    pages
+        .iter()
+        .flat_map(|page| page.lines())
+        .filter(|line| line.starts_with("| `GPUSPAN_") || line.starts_with("| `OTEL_"))
         .map(str::to_owned)
         .collect()
 }
@@ -69,11 +97,7 @@ fn python_init_takes_every_row_as_a_keyword() {
 
 #[test]
 fn the_guide_names_every_variable_of_every_row() {
-    let guide = source("docs/configuration.md");
-    let table: Vec<&str> = guide
-        .lines()
-        .filter(|line| line.starts_with("| `GPUSPAN_") || line.starts_with("| `OTEL_"))
-        .collect();
+    let table = table_lines();
     for setting in settings() {
         for var in setting.vars.names() {
             let documented = match setting.vars {
@@ -88,4 +112,38 @@ fn the_guide_names_every_variable_of_every_row() {
             );
         }
     }
+}
+
+/// A row whose default is one value (`5ms`, `false`, `65536`) is documented with that
+/// value: the table's last cell, where its first cell names only that row's variable.
+#[test]
+fn the_guide_states_each_row_s_default_as_the_row_does() {
+    let table = table_lines();
+    let mut checked = 0;
+    for setting in settings() {
+        if setting.default.contains(' ') {
+            continue;
+        }
+        let var = match setting.vars {
+            Vars::CodeOnly => continue,
+            Vars::Ordered(vars) => vars[0],
+            Vars::PerSignal { every, .. } => every,
+        };
+        for line in &table {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            if cells[0] != format!("`{var}`") {
+                continue;
+            }
+            let stated = cells.last().unwrap().trim_matches('`');
+            if stated.is_empty() {
+                continue;
+            }
+            assert_eq!(
+                stated, setting.default,
+                "{var}: the table states a default other than the setting's"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} defaults compared");
 }
