@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::InitError;
+use crate::source::drm::{DrmScope, Roots};
 use crate::source::DeviceScope;
 pub(crate) use destination::{Destination, OtlpTarget};
 pub use error::InvalidValue;
@@ -46,6 +47,8 @@ pub(crate) struct CodeSettings {
     pub(crate) sample_interval: Option<Duration>,
     pub(crate) nvml_lib: Option<PathBuf>,
     pub(crate) devices: Option<String>,
+    pub(crate) sysfs_root: Option<PathBuf>,
+    pub(crate) procfs_root: Option<PathBuf>,
     pub(crate) run_dir: Option<PathBuf>,
     pub(crate) run_id: Option<String>,
     pub(crate) job_id: Option<String>,
@@ -85,6 +88,10 @@ pub(crate) struct Settings {
     #[cfg_attr(not(feature = "nvml"), allow(dead_code))]
     pub(crate) nvml_lib: Option<PathBuf>,
     pub(crate) devices: DeviceScope,
+    /// The AMD and Intel devices in scope.
+    pub(crate) drm_devices: DrmScope,
+    /// Where the kernel's files are read for AMD and Intel GPUs.
+    pub(crate) roots: Roots,
     /// Where `nvidia-smi` is looked for (`PATH`).
     pub(crate) search_path: Option<OsString>,
     pub(crate) run_root: PathBuf,
@@ -167,6 +174,11 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
     let job = job::job(code.job_id.as_deref(), env);
     rank.job_id = job.as_ref().map(|job| job.id.clone());
     let devices = device_scope(code, rank.local_rank, env)?;
+    let drm_devices = drm_scope(code, rank.local_rank, env)?;
+    let roots = Roots {
+        sysfs: resolved(&table::SYSFS_ROOT, code.sysfs_root.clone(), env)?,
+        procfs: resolved(&table::PROCFS_ROOT, code.procfs_root.clone(), env)?,
+    };
     let (run_id, run_id_is_own) = run_id(code, job.as_ref(), env)?;
     let metric_interval = resolved(&table::METRIC_EXPORT_INTERVAL, code.metric_interval, env)?;
     let prometheus_addr =
@@ -180,6 +192,8 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
         sample_interval,
         nvml_lib: layered(&table::NVML_LIB, code.nvml_lib.clone(), None, env)?.map(|(p, _)| p),
         devices,
+        drm_devices,
+        roots,
         search_path: std::env::var_os(PATH),
         run_root: run_root(code.run_dir.clone(), env)?,
         run_id_is_own,
@@ -289,6 +303,59 @@ fn device_scope(
     Ok(match local_rank.and_then(|r| usize::try_from(r).ok()) {
         Some(position) if !code.whole_node => visible.at_position(position),
         _ => visible,
+    })
+}
+
+/// The AMD and Intel devices: code or `GPUSPAN_DEVICES` (by gpuspan's numbering), else
+/// the runtimes' own lists (`ROCR_VISIBLE_DEVICES`, then `HIP_VISIBLE_DEVICES` or else
+/// `CUDA_VISIBLE_DEVICES`, which HIP honours; `ZE_AFFINITY_MASK`); a rank then keeps its
+/// own device of those, as on NVIDIA.
+fn drm_scope(
+    code: &CodeSettings,
+    local_rank: Option<i64>,
+    env: Env<'_>,
+) -> Result<DrmScope, InitError> {
+    use crate::source::drm::scope::Visible;
+    let chosen = match &code.devices {
+        Some(list) => Some(table::DEVICES.read_code(list)?),
+        None => None,
+    };
+    if let Some((scope, _)) = layered(&table::DEVICES, chosen, None, env)? {
+        return Ok(DrmScope {
+            chosen: Some(scope),
+            ..DrmScope::default()
+        });
+    }
+    let list = |var: &'static str,
+                parse: fn(&str) -> Result<Visible, crate::source::DeviceScopeError>|
+     -> Result<Option<Visible>, InitError> {
+        let Some(text) = env.raw(var) else {
+            return Ok(None);
+        };
+        parse(&text).map(Some).map_err(|error| {
+            InitError::from(error::SettingError::new(
+                var,
+                &text,
+                format!("device positions or GPU-... UUIDs separated by commas ({error})"),
+            ))
+        })
+    };
+    let mut amd = Vec::new();
+    amd.extend(list(vars::ROCR_VISIBLE_DEVICES, Visible::parse)?);
+    match list(vars::HIP_VISIBLE_DEVICES, Visible::parse)? {
+        Some(hip) => amd.push(hip),
+        None => amd.extend(list(vars::CUDA_VISIBLE_DEVICES, Visible::parse)?),
+    }
+    let intel = list(vars::ZE_AFFINITY_MASK, Visible::parse_ze)?;
+    let position = match local_rank.and_then(|r| usize::try_from(r).ok()) {
+        Some(position) if !code.whole_node => Some(position),
+        _ => None,
+    };
+    Ok(DrmScope {
+        chosen: None,
+        amd,
+        intel,
+        position,
     })
 }
 

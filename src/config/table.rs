@@ -174,6 +174,8 @@ pub(crate) const ROWS: &[Setting] = &[
     SAMPLE_INTERVAL.row.setting,
     NVML_LIB.setting,
     DEVICES.setting,
+    SYSFS_ROOT.row.setting,
+    PROCFS_ROOT.row.setting,
     RUN_DIR.row.setting,
     RUN_ID.setting,
     JOB_ID.setting,
@@ -254,6 +256,22 @@ pub(crate) const DEVICES: Row<DeviceScope> = Row::new(
     "CUDA_VISIBLE_DEVICES, else all",
     device_scope,
 );
+pub(crate) const SYSFS_ROOT: Defaulted<PathBuf> = Row::new(
+    "sysfs_root",
+    one(&[GPUSPAN_SYSFS_ROOT]),
+    "a directory laid out as /sys",
+    "/sys",
+    path,
+)
+.defaults_to(|| PathBuf::from("/sys"));
+pub(crate) const PROCFS_ROOT: Defaulted<PathBuf> = Row::new(
+    "procfs_root",
+    one(&[GPUSPAN_PROCFS_ROOT]),
+    "a directory laid out as /proc",
+    "/proc",
+    path,
+)
+.defaults_to(|| PathBuf::from("/proc"));
 pub(crate) const RUN_DIR: Defaulted<PathBuf> = Row::new(
     "run_dir",
     one(&[GPUSPAN_RUN_DIR]),

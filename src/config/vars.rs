@@ -48,6 +48,16 @@ pub(crate) const GPUSPAN_NVML_LIB: &str = "GPUSPAN_NVML_LIB";
 pub(crate) const GPUSPAN_DEVICES: &str = "GPUSPAN_DEVICES";
 /// The devices CUDA sees; used for the scope when `GPUSPAN_DEVICES` is unset.
 pub(crate) const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// The AMD devices ROCr sees.
+pub(crate) const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
+/// The AMD devices HIP sees, of those ROCr left (else `CUDA_VISIBLE_DEVICES`).
+pub(crate) const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
+/// The Intel devices (and sub-devices) Level Zero sees.
+pub(crate) const ZE_AFFINITY_MASK: &str = "ZE_AFFINITY_MASK";
+/// Where sysfs is (`/sys`): the AMD and Intel GPUs' files.
+pub(crate) const GPUSPAN_SYSFS_ROOT: &str = "GPUSPAN_SYSFS_ROOT";
+/// Where procfs is (`/proc`): this process's DRM clients' fdinfo.
+pub(crate) const GPUSPAN_PROCFS_ROOT: &str = "GPUSPAN_PROCFS_ROOT";
 /// Parent of run directories.
 pub(crate) const GPUSPAN_RUN_DIR: &str = "GPUSPAN_RUN_DIR";
 /// The run's id.
@@ -144,6 +154,11 @@ pub(crate) const ALL: &[&str] = &[
     GPUSPAN_NVML_LIB,
     GPUSPAN_DEVICES,
     CUDA_VISIBLE_DEVICES,
+    ROCR_VISIBLE_DEVICES,
+    HIP_VISIBLE_DEVICES,
+    ZE_AFFINITY_MASK,
+    GPUSPAN_SYSFS_ROOT,
+    GPUSPAN_PROCFS_ROOT,
     GPUSPAN_RUN_DIR,
     GPUSPAN_RUN_ID,
     TORCHELASTIC_RUN_ID,

@@ -369,7 +369,8 @@ impl Ticker {
         if let Some(processes) = &self.processes {
             processes.tick(&shared);
             for (i, reading) in self.readings.iter_mut().enumerate() {
-                reading.process_used = processes.value(i);
+                // A device the lister does not cover keeps what the source read.
+                reading.process_used = processes.value(i).or(reading.process_used);
             }
             if let Some(every) = reading(shared.process_every_ns.load(Ordering::Relaxed)) {
                 resolution = Duration::from_nanos(every);

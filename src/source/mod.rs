@@ -5,6 +5,8 @@
 //! framework pushes (`allocator`) are read separately, so host memory can never end up under
 //! a `gpu.` name.
 
+pub(crate) mod combined;
+pub(crate) mod drm;
 pub(crate) mod host;
 #[cfg(feature = "nvml")]
 pub(crate) mod nvml;

@@ -80,6 +80,20 @@ impl Builder {
         self
     }
 
+    /// Where sysfs is, for AMD and Intel GPUs' files (else `GPUSPAN_SYSFS_ROOT`, else
+    /// `/sys`): a tree laid out as `/sys`, for tests or a container that mounts it elsewhere.
+    pub fn sysfs_root(mut self, path: impl Into<PathBuf>) -> Self {
+        self.code.sysfs_root = Some(path.into());
+        self
+    }
+
+    /// Where procfs is, for this process's DRM clients (else `GPUSPAN_PROCFS_ROOT`, else
+    /// `/proc`); this process's files are `<root>/<its pid>/fdinfo`.
+    pub fn procfs_root(mut self, path: impl Into<PathBuf>) -> Self {
+        self.code.procfs_root = Some(path.into());
+        self
+    }
+
     /// Reads GPU memory from `source` instead of NVML.
     pub fn memory_source(mut self, source: impl MemorySource) -> Self {
         self.source = Some(Box::new(source));

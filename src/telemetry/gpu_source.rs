@@ -1,7 +1,10 @@
-//! Which GPU source a run reads: NVML, else `nvidia-smi`, else none, with one clear
-//! warning. Never host memory under a GPU name.
+//! Which GPU source a run reads: NVML for NVIDIA GPUs and the kernel's files for AMD and
+//! Intel GPUs (both, on a machine with both, every device once), else `nvidia-smi`, else
+//! none, with one clear warning. Never host memory under a GPU name.
 
 use crate::config::Settings;
+use crate::source::combined::Combined;
+use crate::source::drm::DrmSource;
 #[cfg(feature = "nvml")]
 use crate::source::nvml;
 use crate::source::smi;
@@ -10,12 +13,33 @@ use crate::source::MemorySource;
 /// Opens the best source the machine has; `None` (with a warning) when there is none.
 pub(crate) fn open_gpu_source(settings: &Settings) -> Option<Box<dyn MemorySource>> {
     #[cfg(feature = "nvml")]
-    let why = match nvml::NvmlSource::open(settings.nvml_lib.as_deref(), &settings.devices) {
-        Ok(source) => return Some(Box::new(source)),
-        Err(why) => why.0,
-    };
+    let nvml: Result<Box<dyn MemorySource>, String> =
+        match nvml::NvmlSource::open(settings.nvml_lib.as_deref(), &settings.devices) {
+            Ok(source) => Ok(Box::new(source)),
+            Err(why) => Err(why.0),
+        };
     #[cfg(not(feature = "nvml"))]
-    let why = "this build leaves out NVML (gpuspan's `nvml` feature)".to_owned();
+    let nvml: Result<Box<dyn MemorySource>, String> =
+        Err("this build leaves out NVML (gpuspan's `nvml` feature)".to_owned());
+
+    // AMD and Intel devices are numbered after NVIDIA's, so every device has its own index.
+    let first_index = nvml.as_ref().map_or(0, |source| {
+        source
+            .devices()
+            .iter()
+            .map(|d| d.index + 1)
+            .max()
+            .unwrap_or(0)
+    });
+    let drm = DrmSource::open(&settings.roots, &settings.drm_devices, first_index);
+    let why = match (nvml, drm) {
+        (Ok(nvml), Ok(drm)) if !nvml.devices().is_empty() => {
+            return Some(Box::new(Combined::new(nvml, Box::new(drm))))
+        }
+        (_, Ok(drm)) => return Some(Box::new(drm)),
+        (Ok(nvml), Err(_)) => return Some(nvml),
+        (Err(nvml), Err(drm)) => format!("{nvml}; {}", drm.0),
+    };
 
     let program = settings
         .search_path

@@ -1,0 +1,99 @@
+//! Two sources read as one, on a machine with GPUs of two kinds (NVIDIA's through NVML,
+//! AMD's or Intel's through the kernel's files): every device once, in one tick.
+
+use std::time::Duration;
+
+use super::{Device, DeviceReading, DriverPeak, MemorySource, ProcessLister};
+
+/// `first`'s devices, then `second`'s.
+pub(crate) struct Combined {
+    first: Box<dyn MemorySource>,
+    second: Box<dyn MemorySource>,
+    devices: Vec<Device>,
+    name: String,
+}
+
+impl Combined {
+    pub(crate) fn new(first: Box<dyn MemorySource>, second: Box<dyn MemorySource>) -> Self {
+        let devices = first
+            .devices()
+            .iter()
+            .chain(second.devices())
+            .cloned()
+            .collect();
+        let name = format!("{}+{}", first.name(), second.name());
+        Self {
+            first,
+            second,
+            devices,
+            name,
+        }
+    }
+
+    fn split(&self) -> usize {
+        self.first.devices().len()
+    }
+}
+
+impl MemorySource for Combined {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    fn read(&mut self, out: &mut [DeviceReading]) {
+        let split = self.split().min(out.len());
+        let (first, second) = out.split_at_mut(split);
+        self.first.read(first);
+        self.second.read(second);
+    }
+
+    fn min_interval(&self) -> Option<Duration> {
+        self.first.min_interval().max(self.second.min_interval())
+    }
+
+    /// The first source's lister for its devices; the second's devices get their process
+    /// figure from its own reads (the lister answers nothing for them).
+    fn process_lister(&mut self) -> Option<Box<dyn ProcessLister>> {
+        let inner = self.first.process_lister()?;
+        Some(Box::new(FirstOnly {
+            inner,
+            len: self.split(),
+        }))
+    }
+
+    fn take_utilization_time(&mut self) -> Option<Duration> {
+        match (
+            self.first.take_utilization_time(),
+            self.second.take_utilization_time(),
+        ) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or_default() + b.unwrap_or_default()),
+        }
+    }
+}
+
+/// A lister over the first `len` devices only.
+struct FirstOnly {
+    inner: Box<dyn ProcessLister>,
+    len: usize,
+}
+
+impl ProcessLister for FirstOnly {
+    fn list(&mut self, position: usize) -> Option<u64> {
+        (position < self.len)
+            .then(|| self.inner.list(position))
+            .flatten()
+    }
+
+    fn driver_peak(&mut self, position: usize) -> DriverPeak {
+        if position < self.len {
+            self.inner.driver_peak(position)
+        } else {
+            DriverPeak::Unsupported
+        }
+    }
+}

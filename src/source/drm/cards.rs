@@ -1,0 +1,145 @@
+//! The AMD and Intel GPUs under `<sysfs>/class/drm`: which driver, which PCI slot, what
+//! name and identifier, and where their files are. Read once, when the source opens.
+
+use std::path::{Path, PathBuf};
+
+use super::files;
+use super::kfd::KfdNode;
+
+/// How a device's memory is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Driver {
+    /// amdgpu: `mem_info_vram_used` and `mem_info_vram_total` in sysfs.
+    Amdgpu,
+    /// xe: total from `tile<N>/physical_vram_size_bytes`, used summed from the clients'
+    /// fdinfo (the driver gives the device's own figure only to privileged callers).
+    Xe,
+    /// i915: used summed from the clients' `local*` regions in fdinfo; no total.
+    I915,
+}
+
+impl Driver {
+    fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "amdgpu" => Some(Driver::Amdgpu),
+            "xe" => Some(Driver::Xe),
+            "i915" => Some(Driver::I915),
+            _ => None,
+        }
+    }
+
+    /// The vendor, recorded as `hw.vendor`.
+    pub(crate) fn vendor(self) -> &'static str {
+        match self {
+            Driver::Amdgpu => "AMD",
+            Driver::Xe | Driver::I915 => "Intel",
+        }
+    }
+
+    /// What the device figure is read from, recorded as `gpu.memory.source`.
+    pub(crate) fn source(self) -> &'static str {
+        match self {
+            Driver::Amdgpu => "amdgpu-sysfs",
+            Driver::Xe | Driver::I915 => "drm-fdinfo",
+        }
+    }
+}
+
+/// One GPU under `class/drm`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Card {
+    /// `N` of `cardN`.
+    pub(crate) number: u32,
+    /// `<sysfs>/class/drm/cardN/device`.
+    pub(crate) dir: PathBuf,
+    pub(crate) driver: Driver,
+    /// The PCI slot (`PCI_SLOT_NAME`), as fdinfo's `drm-pdev` names it.
+    pub(crate) pdev: String,
+    /// `hw.id`: `GPU-<unique_id>` where amdgpu gives one, else the PCI slot.
+    pub(crate) uuid: String,
+    pub(crate) name: String,
+    /// Installed device memory, when it is fixed and readable once (xe's tiles).
+    pub(crate) fixed_total: Option<u64>,
+    /// The device's KFD node (ROCm's view), when KFD lists it.
+    pub(crate) kfd: Option<KfdNode>,
+}
+
+/// Lists the AMD and Intel GPUs under `<sysfs>/class/drm`, AMD's in KFD's order (the
+/// order ROCm numbers them in) then by card number. Other drivers' cards (NVIDIA's,
+/// display-only ones) and connectors (`card0-DP-1`) are passed over.
+pub(crate) fn discover(sysfs: &Path, kfd: &[KfdNode]) -> Vec<Card> {
+    let class = sysfs.join("class/drm");
+    let Ok(entries) = std::fs::read_dir(&class) else {
+        return Vec::new();
+    };
+    let mut cards: Vec<Card> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let number = name.to_str()?.strip_prefix("card")?.parse().ok()?;
+            card(number, &class.join(&name).join("device"), kfd)
+        })
+        .collect();
+    cards.sort_by_key(|card| {
+        (
+            card.driver != Driver::Amdgpu,
+            card.kfd.as_ref().map_or(u32::MAX, |node| node.node),
+            card.number,
+        )
+    });
+    // One PCI device may have several DRM minors listed as cards: keep it once.
+    let mut seen = std::collections::HashSet::new();
+    cards.retain(|card| seen.insert(card.pdev.clone()));
+    cards
+}
+
+fn card(number: u32, dir: &Path, kfd: &[KfdNode]) -> Option<Card> {
+    let uevent = std::fs::read_to_string(dir.join("uevent")).ok()?;
+    let driver = Driver::from_name(&files::uevent_value(&uevent, "DRIVER")?)?;
+    let pdev = files::uevent_value(&uevent, "PCI_SLOT_NAME")?;
+    let pci_id = files::uevent_value(&uevent, "PCI_ID").unwrap_or_default();
+    let uuid = match files::text(&dir.join("unique_id")) {
+        Some(id) if driver == Driver::Amdgpu => format!("GPU-{id}"),
+        _ => pdev.clone(),
+    };
+    let name = files::text(&dir.join("product_name")).unwrap_or_else(|| {
+        format!("{} GPU {pci_id}", driver.vendor())
+            .trim_end()
+            .to_owned()
+    });
+    let fixed_total = match driver {
+        Driver::Xe => tiles_vram(dir),
+        Driver::Amdgpu | Driver::I915 => None,
+    };
+    Some(Card {
+        number,
+        dir: dir.to_path_buf(),
+        driver,
+        uuid,
+        name,
+        fixed_total,
+        kfd: kfd.iter().find(|node| node.pdev == pdev).cloned(),
+        pdev,
+    })
+}
+
+/// The sum of `tile<N>/physical_vram_size_bytes`; `None` when no tile has one (an
+/// integrated GPU).
+fn tiles_vram(dir: &Path) -> Option<u64> {
+    let mut buf = Vec::new();
+    let mut total = None;
+    for entry in std::fs::read_dir(dir).ok()?.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let is_tile = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("tile"))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if !is_tile {
+            continue;
+        }
+        if let Ok(bytes) = files::number(&entry.path().join("physical_vram_size_bytes"), &mut buf) {
+            total = Some(total.unwrap_or(0u64).saturating_add(bytes));
+        }
+    }
+    total
+}

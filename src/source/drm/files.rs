@@ -1,0 +1,128 @@
+//! Reading the kernel's small text files: a number, a `KEY=value` list, a `key value`
+//! list. Absent is not zero: every reader says why a figure is missing.
+
+use std::io::{ErrorKind, Read};
+use std::path::Path;
+
+/// Why a file gave no figure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// The file is not there (an older kernel, a device removed).
+    Absent,
+    /// The file is there and this user may not read it.
+    Denied,
+    /// It could be read, but what it says is not a number.
+    Malformed,
+    /// Another error, in words.
+    Failed(String),
+}
+
+impl Missing {
+    fn from_io(error: &std::io::Error) -> Self {
+        match error.kind() {
+            ErrorKind::NotFound => Missing::Absent,
+            ErrorKind::PermissionDenied => Missing::Denied,
+            // A device that went away answers ENODEV on files still open or listed.
+            _ if error.raw_os_error() == Some(19) => Missing::Absent,
+            _ => Missing::Failed(error.to_string()),
+        }
+    }
+
+    /// In words, for a reading's error or a warning.
+    pub(crate) fn describe(&self, path: &Path) -> String {
+        match self {
+            Missing::Absent => format!("{} is not there", path.display()),
+            Missing::Denied => format!("{} cannot be read (permission denied)", path.display()),
+            Missing::Malformed => format!("{} does not hold a number", path.display()),
+            Missing::Failed(why) => format!("{} cannot be read ({why})", path.display()),
+        }
+    }
+}
+
+/// Reads `path` into `buf` (cleared first); files here are a few hundred bytes.
+pub(crate) fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), Missing> {
+    buf.clear();
+    let mut file = std::fs::File::open(path).map_err(|e| Missing::from_io(&e))?;
+    file.read_to_end(buf).map_err(|e| Missing::from_io(&e))?;
+    Ok(())
+}
+
+/// A whole number alone in a file (`mem_info_vram_used`), decimal or `0x` hexadecimal.
+pub(crate) fn number(path: &Path, buf: &mut Vec<u8>) -> Result<u64, Missing> {
+    read_into(path, buf)?;
+    let text = std::str::from_utf8(buf)
+        .map_err(|_| Missing::Malformed)?
+        .trim();
+    parse_number(text).ok_or(Missing::Malformed)
+}
+
+/// Decimal, or hexadecimal after `0x`.
+pub(crate) fn parse_number(text: &str) -> Option<u64> {
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+/// A file's text, trimmed; `None` when it cannot be read or is empty.
+pub(crate) fn text(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// The value of `key` in a `KEY=value` file (`uevent`).
+pub(crate) fn uevent_value(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|line| line.split_once('='))
+        .find(|(k, _)| k.trim() == key)
+        .map(|(_, v)| v.trim().to_owned())
+}
+
+/// The value of `key` in a `key value` file (KFD's `properties`).
+pub(crate) fn property(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let mut parts = line.split_whitespace();
+        (parts.next()? == key).then(|| parts.next().and_then(parse_number))?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_in_decimal_and_hex() {
+        assert_eq!(parse_number("17163091968"), Some(17_163_091_968));
+        assert_eq!(parse_number("0x10"), Some(16));
+        assert_eq!(parse_number("-1"), None);
+        assert_eq!(parse_number(""), None);
+    }
+
+    #[test]
+    fn uevent_and_properties() {
+        let uevent = "DRIVER=amdgpu\nPCI_CLASS=30000\nPCI_SLOT_NAME=0000:03:00.0\n";
+        assert_eq!(uevent_value(uevent, "DRIVER").as_deref(), Some("amdgpu"));
+        assert_eq!(
+            uevent_value(uevent, "PCI_SLOT_NAME").as_deref(),
+            Some("0000:03:00.0")
+        );
+        assert_eq!(uevent_value(uevent, "PCI_ID"), None);
+        let properties = "cpu_cores_count 0\nlocation_id 768\ndomain 0\nunique_id 3\n";
+        assert_eq!(property(properties, "location_id"), Some(768));
+        assert_eq!(property(properties, "domain"), Some(0));
+        assert_eq!(property(properties, "gpu_id"), None);
+    }
+
+    #[test]
+    fn a_missing_file_is_absent_not_zero() {
+        let mut buf = Vec::new();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mem_info_vram_used");
+        assert_eq!(number(&path, &mut buf), Err(Missing::Absent));
+        std::fs::write(&path, "garbage\n").unwrap();
+        assert_eq!(number(&path, &mut buf), Err(Missing::Malformed));
+        std::fs::write(&path, "4096\n").unwrap();
+        assert_eq!(number(&path, &mut buf), Ok(4096));
+    }
+}

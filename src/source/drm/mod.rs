@@ -1,0 +1,244 @@
+//! AMD and Intel GPUs from the kernel's own files, with no vendor library.
+//!
+//! - Device memory: amdgpu's `mem_info_vram_used`/`mem_info_vram_total` in sysfs; for xe
+//!   and i915, the sum of every readable process's device regions in fdinfo (`vram*`,
+//!   `local*`), with xe's total from `tile<N>/physical_vram_size_bytes`.
+//! - This process's memory: its own `<procfs>/<pid>/fdinfo` (a few small reads, no driver
+//!   lock, so it keeps the memory cadence), or KFD's `vram_<gpu_id>` for a ROCm process.
+//! - Host memory behind a device (`gtt`, `system*`, `stolen*`) is never GPU memory.
+//!
+//! Every path is under the sysfs and procfs roots given, so tests run on written trees.
+
+pub(crate) mod cards;
+mod clients;
+mod fdinfo;
+mod files;
+mod kfd;
+pub(crate) mod scope;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{Device, DeviceReading, MemorySource};
+use cards::{Card, Driver};
+use clients::{Clients, Notice, Whose};
+use files::Missing;
+pub(crate) use scope::DrmScope;
+
+/// Where the kernel's files are (`/sys` and `/proc` unless the settings say otherwise).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Roots {
+    pub(crate) sysfs: PathBuf,
+    pub(crate) procfs: PathBuf,
+}
+
+/// How often `gpu_busy_percent` is read: the driver averages it over its own period.
+const UTILIZATION_EVERY: Duration = Duration::from_millis(100);
+
+/// Reads AMD and Intel GPUs through sysfs, fdinfo and KFD.
+#[derive(Debug)]
+pub(crate) struct DrmSource {
+    sysfs: PathBuf,
+    cards: Vec<Card>,
+    devices: Vec<Device>,
+    name: String,
+    pid: u32,
+    clients: Clients,
+    utilization: Vec<Option<f64>>,
+    utilization_read: Option<Instant>,
+    utilization_time: Option<Duration>,
+    /// Per card: whether KFD has a `vram_<gpu_id>` for this process (checked while absent).
+    buf: Vec<u8>,
+}
+
+/// Why no AMD or Intel device is read, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NoDrmDevice(pub(crate) String);
+
+impl DrmSource {
+    /// Opens the AMD and Intel GPUs in `scope` under `roots`, numbering them from
+    /// `first_index` (after the NVIDIA devices NVML reads).
+    pub(crate) fn open(
+        roots: &Roots,
+        scope: &DrmScope,
+        first_index: u32,
+    ) -> Result<Self, NoDrmDevice> {
+        let class = roots.sysfs.join("class/drm");
+        let nodes = kfd::nodes(&roots.sysfs);
+        let found = cards::discover(&roots.sysfs, &nodes);
+        if found.is_empty() {
+            return Err(NoDrmDevice(format!(
+                "no AMD or Intel GPU under {} (no amdgpu, xe or i915 card)",
+                class.display()
+            )));
+        }
+        let (amd, intel): (Vec<Card>, Vec<Card>) = found
+            .into_iter()
+            .partition(|card| card.driver == Driver::Amdgpu);
+        let picked = scope.select(amd, intel, first_index, describe);
+        if picked.is_empty() {
+            return Err(NoDrmDevice(format!(
+                "no AMD or Intel GPU under {} is in scope (ROCR_VISIBLE_DEVICES, \
+                 HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, ZE_AFFINITY_MASK or \
+                 GPUSPAN_DEVICES leave none)",
+                class.display()
+            )));
+        }
+        let (cards, devices): (Vec<Card>, Vec<Device>) = picked.into_iter().unzip();
+        let mut sources: Vec<&str> = Vec::new();
+        for card in &cards {
+            if !sources.contains(&card.driver.source()) {
+                sources.push(card.driver.source());
+            }
+        }
+        let whose = if cards.iter().any(|c| c.driver != Driver::Amdgpu) {
+            Whose::All
+        } else {
+            Whose::Own
+        };
+        let pid = std::process::id();
+        Ok(Self {
+            sysfs: roots.sysfs.clone(),
+            name: sources.join("+"),
+            utilization: vec![None; cards.len()],
+            cards,
+            devices,
+            pid,
+            clients: Clients::new(&roots.procfs, pid, whose),
+            utilization_read: None,
+            utilization_time: None,
+            buf: Vec::with_capacity(64),
+        })
+    }
+
+    fn read_utilization(&mut self, now: Instant) {
+        if self
+            .utilization_read
+            .is_some_and(|last| now.duration_since(last) < UTILIZATION_EVERY)
+        {
+            self.utilization_time = None;
+            return;
+        }
+        self.utilization_read = Some(now);
+        let started = Instant::now();
+        for (i, card) in self.cards.iter().enumerate() {
+            self.utilization[i] = match card.driver {
+                Driver::Amdgpu => files::number(&card.dir.join("gpu_busy_percent"), &mut self.buf)
+                    .ok()
+                    .map(|percent| percent.min(100) as f64 / 100.0),
+                Driver::Xe | Driver::I915 => None,
+            };
+        }
+        self.utilization_time = Some(started.elapsed());
+    }
+
+    fn tell(&self, notice: Notice) {
+        let line = match notice {
+            Notice::Denied(path) => format!(
+                "{} cannot be read (permission denied): the device memory of Intel GPUs is \
+                 summed over the processes this user can read, so another user's share is \
+                 not in it; run as that user, or as root, to count every process",
+                path.display()
+            ),
+            Notice::Unreadable(why) => format!(
+                "{why}: this process's GPU memory (gpu.process.memory.*) is not measured \
+                 while it cannot be read"
+            ),
+            Notice::NoDeviceRegion(path) => format!(
+                "{} names no device-memory region (drm-resident-vram*, local*): the GPU \
+                 shares the host's memory (an APU or integrated GPU), so this process's GPU \
+                 memory is not measured; its host memory is in process.memory.*",
+                path.display()
+            ),
+        };
+        eprintln!("gpuspan: warning: {line}");
+    }
+}
+
+/// A card as `gpu.index`, `hw.id`, `hw.name` and `hw.vendor` name it.
+fn describe(card: &Card, index: u32) -> Device {
+    Device {
+        index,
+        mig: None,
+        uuid: card.uuid.clone(),
+        name: card.name.clone(),
+        vendor: card.driver.vendor().to_owned(),
+    }
+}
+
+impl MemorySource for DrmSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    fn read(&mut self, out: &mut [DeviceReading]) {
+        let now = Instant::now();
+        let usage = self.clients.read(now);
+        for notice in self.clients.take_notices() {
+            self.tell(notice);
+        }
+        self.read_utilization(now);
+        for (i, reading) in out.iter_mut().enumerate().take(self.cards.len()) {
+            let card = &self.cards[i];
+            match card.driver {
+                Driver::Amdgpu => {
+                    let used_path = card.dir.join("mem_info_vram_used");
+                    match files::number(&used_path, &mut self.buf) {
+                        Ok(used) => reading.used = Some(used),
+                        Err(why) => {
+                            reading.error = Some(lost(&why, &used_path));
+                            continue;
+                        }
+                    }
+                    reading.total =
+                        files::number(&card.dir.join("mem_info_vram_total"), &mut self.buf).ok();
+                    reading.utilization = self.utilization[i];
+                    let kfd = card.kfd.as_ref().and_then(|node| {
+                        let path = kfd::process_vram(&self.sysfs, self.pid, node.gpu_id);
+                        files::number(&path, &mut self.buf).ok()
+                    });
+                    reading.process_used = kfd.or_else(|| usage.own_device(&card.pdev));
+                }
+                Driver::Xe | Driver::I915 => {
+                    if !card.dir.join("uevent").exists() {
+                        reading.error = Some(format!(
+                            "the GPU at {} is gone ({} is not there)",
+                            card.pdev,
+                            card.dir.display()
+                        ));
+                        continue;
+                    }
+                    reading.used = usage.all_device(&card.pdev).or_else(|| {
+                        // No client holds device memory there: the sum is zero, on a
+                        // device that has some.
+                        let clients = usage.all.iter().any(|u| u.pdev == card.pdev);
+                        (!clients && card.fixed_total.is_some()).then_some(0)
+                    });
+                    reading.total = card.fixed_total;
+                    reading.process_used = usage.own_device(&card.pdev);
+                }
+            }
+        }
+    }
+
+    fn take_utilization_time(&mut self) -> Option<Duration> {
+        self.utilization_time.take()
+    }
+}
+
+/// A device file that cannot be read, as a reading's error.
+fn lost(why: &Missing, path: &Path) -> String {
+    match why {
+        Missing::Absent => format!(
+            "the GPU is gone ({} is not there: removed, or its driver unbound)",
+            path.display()
+        ),
+        other => other.describe(path),
+    }
+}
+#[cfg(test)]
+mod tests;

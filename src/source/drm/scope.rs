@@ -1,0 +1,261 @@
+//! Which AMD and Intel devices are in scope: the lists their runtimes honour
+//! (`ROCR_VISIBLE_DEVICES`, then `HIP_VISIBLE_DEVICES` or `CUDA_VISIBLE_DEVICES` over
+//! what ROCr left; `ZE_AFFINITY_MASK`), or `GPUSPAN_DEVICES` over gpuspan's own numbering,
+//! then a rank's own device (`LOCAL_RANK`) of those.
+
+use crate::source::{Device, DeviceScope, DeviceScopeError};
+
+/// The AMD and Intel devices a run measures.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct DrmScope {
+    /// `GPUSPAN_DEVICES`: by `gpu.index` or `hw.id`; beats the runtimes' lists.
+    pub(crate) chosen: Option<DeviceScope>,
+    /// ROCr's list, then HIP's (or CUDA's, which HIP honours) over what ROCr left.
+    pub(crate) amd: Vec<Visible>,
+    /// Level Zero's `ZE_AFFINITY_MASK`.
+    pub(crate) intel: Option<Visible>,
+    /// A rank's device, by position among those in scope.
+    pub(crate) position: Option<usize>,
+}
+
+/// One runtime's list of visible devices: positions in the list it narrows, or UUIDs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Visible(Vec<Entry>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    Position(usize),
+    Uuid(String),
+}
+
+impl Visible {
+    /// A comma-separated list of positions and `GPU-...` UUIDs (ROCr, HIP, CUDA). An empty
+    /// list or `-1` leaves no device, as the runtimes do.
+    pub(crate) fn parse(list: &str) -> Result<Self, DeviceScopeError> {
+        let mut entries = Vec::new();
+        for raw in list.split(',') {
+            let entry = raw.trim();
+            if entry.is_empty() {
+                continue;
+            }
+            if entry == "-1" {
+                break;
+            }
+            if let Ok(position) = entry.parse() {
+                entries.push(Entry::Position(position));
+            } else if entry.len() > 4 && entry[..4].eq_ignore_ascii_case("GPU-") {
+                entries.push(Entry::Uuid(entry.to_ascii_lowercase()));
+            } else {
+                return Err(DeviceScopeError {
+                    entry: entry.to_owned(),
+                });
+            }
+        }
+        Ok(Self(entries))
+    }
+
+    /// `ZE_AFFINITY_MASK`: `device` or `device.sub-device` entries; a sub-device keeps
+    /// its whole device (its memory is the device's).
+    pub(crate) fn parse_ze(mask: &str) -> Result<Self, DeviceScopeError> {
+        let mut entries = Vec::new();
+        for raw in mask.split(',') {
+            let entry = raw.trim();
+            if entry.is_empty() {
+                continue;
+            }
+            let device = entry.split('.').next().unwrap_or(entry);
+            match device.parse() {
+                Ok(position) if !entries.contains(&Entry::Position(position)) => {
+                    entries.push(Entry::Position(position));
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(DeviceScopeError {
+                        entry: entry.to_owned(),
+                    })
+                }
+            }
+        }
+        Ok(Self(entries))
+    }
+
+    /// The devices of `devices` this list keeps, in the list's order.
+    fn narrow<T: Clone>(&self, devices: &[T], uuid: impl Fn(&T) -> &str) -> Vec<T> {
+        let mut kept = Vec::new();
+        for entry in &self.0 {
+            let found = match entry {
+                Entry::Position(p) => devices.get(*p),
+                Entry::Uuid(prefix) => devices
+                    .iter()
+                    .find(|d| uuid(d).to_ascii_lowercase().starts_with(prefix.as_str())),
+            };
+            if let Some(device) = found {
+                kept.push(device.clone());
+            }
+        }
+        kept
+    }
+}
+
+impl DrmScope {
+    /// Narrows the AMD devices and the Intel devices (each in its runtime's order) to
+    /// those in scope, numbering them from `first_index` in that order, AMD's first.
+    pub(crate) fn select<T: Clone>(
+        &self,
+        amd: Vec<T>,
+        intel: Vec<T>,
+        first_index: u32,
+        describe: impl Fn(&T, u32) -> Device,
+    ) -> Vec<(T, Device)> {
+        let every = || {
+            amd.iter()
+                .chain(&intel)
+                .zip(first_index..)
+                .map(|(t, index)| (t.clone(), describe(t, index)))
+        };
+        if let Some(chosen) = &self.chosen {
+            return every().filter(|(_, d)| chosen.includes(d)).collect();
+        }
+        let uuid = |t: &T| describe(t, 0).uuid;
+        let mut amd_kept = amd.clone();
+        for list in &self.amd {
+            let uuids: Vec<(T, String)> = amd_kept.iter().map(|t| (t.clone(), uuid(t))).collect();
+            amd_kept = list
+                .narrow(&uuids, |(_, u)| u.as_str())
+                .into_iter()
+                .map(|(t, _)| t)
+                .collect();
+        }
+        let intel_kept = match &self.intel {
+            Some(list) => {
+                let uuids: Vec<(T, String)> = intel.iter().map(|t| (t.clone(), uuid(t))).collect();
+                list.narrow(&uuids, |(_, u)| u.as_str())
+                    .into_iter()
+                    .map(|(t, _)| t)
+                    .collect()
+            }
+            None => intel.clone(),
+        };
+        let mut kept: Vec<T> = amd_kept.into_iter().chain(intel_kept).collect();
+        if let Some(position) = self.position {
+            if position < kept.len() {
+                kept = vec![kept.swap_remove(position)];
+            }
+        }
+        // The numbering stays the machine's, whatever the scope: `gpu.index` names the
+        // same device in every rank.
+        let all: Vec<(T, u32)> = amd.into_iter().chain(intel).zip(first_index..).collect();
+        kept.into_iter()
+            .filter_map(|t| {
+                let index = all
+                    .iter()
+                    .find(|(o, i)| uuid(o) == uuid(&t) && *i >= first_index)?
+                    .1;
+                Some((t.clone(), describe(&t, index)))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn describe(name: &&str, index: u32) -> Device {
+        Device {
+            index,
+            mig: None,
+            uuid: format!("GPU-{name}"),
+            name: (*name).to_owned(),
+            vendor: "AMD".into(),
+        }
+    }
+
+    fn picked(
+        scope: &DrmScope,
+        amd: &[&'static str],
+        intel: &[&'static str],
+    ) -> Vec<(String, u32)> {
+        scope
+            .select(amd.to_vec(), intel.to_vec(), 0, describe)
+            .into_iter()
+            .map(|(t, d)| (t.to_owned(), d.index))
+            .collect()
+    }
+
+    #[test]
+    fn hip_narrows_what_rocr_left_and_keeps_the_machine_s_numbering() {
+        let scope = DrmScope {
+            amd: vec![
+                Visible::parse("1,2,3").unwrap(),
+                Visible::parse("2").unwrap(),
+            ],
+            ..DrmScope::default()
+        };
+        assert_eq!(
+            picked(&scope, &["a", "b", "c", "d"], &[]),
+            [("d".to_owned(), 3)]
+        );
+    }
+
+    #[test]
+    fn uuids_select_by_prefix() {
+        let scope = DrmScope {
+            amd: vec![Visible::parse("GPU-b").unwrap()],
+            ..DrmScope::default()
+        };
+        assert_eq!(picked(&scope, &["a", "bb"], &[]), [("bb".to_owned(), 1)]);
+    }
+
+    #[test]
+    fn ze_affinity_mask_keeps_whole_devices_for_sub_devices() {
+        let scope = DrmScope {
+            intel: Some(Visible::parse_ze("1.0,1.1").unwrap()),
+            ..DrmScope::default()
+        };
+        assert_eq!(
+            picked(&scope, &["a"], &["x", "y"]),
+            [("a".to_owned(), 0), ("y".to_owned(), 2)]
+        );
+        assert!(Visible::parse_ze("one").is_err());
+    }
+
+    #[test]
+    fn a_rank_position_picks_its_own_device_of_those_in_scope() {
+        let scope = DrmScope {
+            amd: vec![Visible::parse("2,3").unwrap()],
+            position: Some(1),
+            ..DrmScope::default()
+        };
+        assert_eq!(
+            picked(&scope, &["a", "b", "c", "d"], &[]),
+            [("d".to_owned(), 3)]
+        );
+        let past = DrmScope {
+            position: Some(5),
+            ..DrmScope::default()
+        };
+        assert_eq!(picked(&past, &["a", "b"], &[]).len(), 2);
+    }
+
+    #[test]
+    fn gpuspan_devices_beats_the_runtimes_lists() {
+        let scope = DrmScope {
+            chosen: Some(DeviceScope::parse("0").unwrap()),
+            amd: vec![Visible::parse("1").unwrap()],
+            ..DrmScope::default()
+        };
+        assert_eq!(picked(&scope, &["a", "b"], &[]), [("a".to_owned(), 0)]);
+    }
+
+    #[test]
+    fn empty_and_minus_one_leave_no_device_and_garbage_is_named() {
+        let none = DrmScope {
+            amd: vec![Visible::parse("-1").unwrap()],
+            ..DrmScope::default()
+        };
+        assert!(picked(&none, &["a"], &[]).is_empty());
+        let err = Visible::parse("0,cuda:1").unwrap_err().to_string();
+        assert!(err.contains("'cuda:1'"), "{err}");
+    }
+}
