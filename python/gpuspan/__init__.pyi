@@ -93,6 +93,8 @@ def init(
     sample_interval: _Duration = ...,
     nvml_lib: str | PathLike[str] = ...,
     devices: str | list[int | str] = ...,
+    sysfs_root: str | PathLike[str] = ...,
+    procfs_root: str | PathLike[str] = ...,
     run_dir: str | PathLike[str] = ...,
     run_id: str = ...,
     job_id: str = ...,

@@ -75,6 +75,8 @@ fn setting(builder: Builder, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Bu
         "sample_interval" => builder.sample_interval(duration(value)?),
         "nvml_lib" => builder.nvml_lib(value.extract::<PathBuf>()?),
         "devices" => builder.devices(devices(value)?),
+        "sysfs_root" => builder.sysfs_root(value.extract::<PathBuf>()?),
+        "procfs_root" => builder.procfs_root(value.extract::<PathBuf>()?),
         "run_dir" => builder.run_dir(value.extract::<PathBuf>()?),
         "run_id" => builder.run_id(value.extract::<String>()?),
         "job_id" => builder.job_id(value.extract::<String>()?),

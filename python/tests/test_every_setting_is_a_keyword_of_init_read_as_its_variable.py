@@ -18,6 +18,8 @@ SAMPLES = {
     "sample_interval": "2ms",
     "nvml_lib": "/usr/lib/libnvidia-ml.so.1",
     "devices": [0, "GPU-1"],
+    "sysfs_root": "/sys",
+    "procfs_root": "/proc",
     "run_dir": "runs",
     "run_id": "resnet-lr0.1",
     "job_id": "job-7",

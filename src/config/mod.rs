@@ -758,6 +758,57 @@ mod tests {
     }
 
     #[test]
+    fn amd_and_intel_devices_follow_their_runtimes_lists_and_the_rank() {
+        use crate::source::drm::scope::Visible;
+        let of = |env: &[(&str, &str)]| {
+            with_env(env, || resolve(&CodeSettings::default()))
+                .unwrap()
+                .drm_devices
+        };
+        let scope = of(&[
+            ("ROCR_VISIBLE_DEVICES", "1,2,3"),
+            ("HIP_VISIBLE_DEVICES", "0,2"),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+            ("ZE_AFFINITY_MASK", "0.1"),
+            ("LOCAL_RANK", "1"),
+        ]);
+        assert_eq!(
+            scope.amd,
+            vec![
+                Visible::parse("1,2,3").unwrap(),
+                Visible::parse("0,2").unwrap()
+            ]
+        );
+        assert_eq!(scope.intel, Some(Visible::parse_ze("0").unwrap()));
+        assert_eq!(scope.position, Some(1));
+        // HIP honours CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is unset.
+        let cuda = of(&[("CUDA_VISIBLE_DEVICES", "1")]);
+        assert_eq!(cuda.amd, vec![Visible::parse("1").unwrap()]);
+        let chosen = of(&[("GPUSPAN_DEVICES", "2"), ("ROCR_VISIBLE_DEVICES", "0")]);
+        assert_eq!(chosen.chosen, Some(DeviceScope::parse("2").unwrap()));
+        assert!(chosen.amd.is_empty());
+        let err = with_env(&[("ZE_AFFINITY_MASK", "gpu0")], || {
+            resolve(&CodeSettings::default())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("ZE_AFFINITY_MASK") && err.contains("gpu0"), "{err}");
+    }
+
+    #[test]
+    fn the_kernel_s_file_roots_default_to_sys_and_proc() {
+        let settings = with_env(&[], || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(settings.roots, Roots::default());
+        let env = [
+            ("GPUSPAN_SYSFS_ROOT", "/tmp/sys"),
+            ("GPUSPAN_PROCFS_ROOT", "/tmp/proc"),
+        ];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(settings.roots.sysfs, PathBuf::from("/tmp/sys"));
+        assert_eq!(settings.roots.procfs, PathBuf::from("/tmp/proc"));
+    }
+
+    #[test]
     fn device_scope_prefers_gpuspan_devices_over_cuda_visible_devices() {
         let env = [("GPUSPAN_DEVICES", "1"), ("CUDA_VISIBLE_DEVICES", "0")];
         let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();

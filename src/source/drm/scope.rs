@@ -43,7 +43,8 @@ impl Visible {
             }
             if let Ok(position) = entry.parse() {
                 entries.push(Entry::Position(position));
-            } else if entry.len() > 4 && entry[..4].eq_ignore_ascii_case("GPU-") {
+            } else if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
+                // A MIG UUID (CUDA's, on a machine with both kinds) matches no AMD device.
                 entries.push(Entry::Uuid(entry.to_ascii_lowercase()));
             } else {
                 return Err(DeviceScopeError {
