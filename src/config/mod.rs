@@ -792,7 +792,10 @@ mod tests {
         })
         .unwrap_err()
         .to_string();
-        assert!(err.contains("ZE_AFFINITY_MASK") && err.contains("gpu0"), "{err}");
+        assert!(
+            err.contains("ZE_AFFINITY_MASK") && err.contains("gpu0"),
+            "{err}"
+        );
     }
 
     #[test]

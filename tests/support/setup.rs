@@ -16,7 +16,8 @@ pub fn run<R>(builder: Builder, f: impl FnOnce(&Telemetry) -> R) -> (Telemetry, 
 }
 
 /// A builder that exports to `receiver` and nowhere else, with a fixed run id, and with no
-/// GPU source unless the test gives one (`memory_source`, or `nvml_lib` with the fake), so
+/// GPU source unless the test gives one (`memory_source`, `nvml_lib` with the fake, or
+/// `sysfs_root` with a written tree), so
 /// tests read the same on a machine that has a GPU.
 pub fn to_receiver(receiver: &Receiver) -> Builder {
     let protocol = match receiver.protocol() {
@@ -30,4 +31,5 @@ pub fn to_receiver(receiver: &Receiver) -> Builder {
         .run_id("test-run")
         .summary(false)
         .nvml_lib("/nonexistent/libnvidia-ml.so.1")
+        .sysfs_root("/nonexistent/sys")
 }
