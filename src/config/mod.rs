@@ -801,7 +801,8 @@ mod tests {
     #[test]
     fn the_kernel_s_file_roots_default_to_sys_and_proc() {
         let settings = with_env(&[], || resolve(&CodeSettings::default())).unwrap();
-        assert_eq!(settings.roots, Roots::default());
+        assert_eq!(settings.roots.sysfs, PathBuf::from("/sys"));
+        assert_eq!(settings.roots.procfs, PathBuf::from("/proc"));
         let env = [
             ("GPUSPAN_SYSFS_ROOT", "/tmp/sys"),
             ("GPUSPAN_PROCFS_ROOT", "/tmp/proc"),
