@@ -1,9 +1,8 @@
 //! The kinds of finding diagnosis makes, in one registry: each kind's event name, counter,
 //! epoch-table mark and warning line, and for a span rule the logic that makes its
 //! findings. The diagnosis tap, the metrics and `gpuspan report` loop over [`KINDS`]. Every
-//! other file of this folder is a kind, and its `KIND` is in that list without a line
-//! here (the build script lists the folder), so a new rule is its file and its event's
-//! name in `names.rs`.
+//! other file of this folder is a kind: a new rule is its file, its `mod` line and its
+//! `KIND` in that list here, and its event's name in `names.rs`.
 //!
 //! Threading: the kinds are stateless and shared; a [`SpanRule`] is a run's state and lives
 //! on the export thread inside the diagnosis tap.
@@ -15,9 +14,22 @@ use crate::diagnose::settings::DiagnoseSettings;
 use crate::diagnose::{Findings, Limits};
 use crate::record::{Role, SpanRecord};
 
-// Every kind of finding (`KINDS`), in the order the tap applies the span rules, so the
-// order of their events on a span: the files' names' order.
-include!(concat!(env!("OUT_DIR"), "/diagnosis_rules.rs"));
+mod budget;
+mod leak;
+mod near_oom;
+mod oom;
+mod peer_oom;
+
+/// Every kind of finding, in the order the tap applies the span rules, which is the order
+/// of their events on one span. A new kind goes at the end, so that events on a span keep
+/// the order they had.
+pub(crate) const KINDS: &[&dyn FindingKind] = &[
+    budget::KIND,
+    leak::KIND,
+    near_oom::KIND,
+    oom::KIND,
+    peer_oom::KIND,
+];
 
 /// The kind of finding whose event is named `event`.
 pub(crate) fn kind(event: &str) -> Option<&'static dyn FindingKind> {
@@ -181,5 +193,15 @@ mod tests {
         registered.sort_unstable();
         named.sort_unstable();
         assert_eq!(registered, named);
+    }
+
+    #[test]
+    fn a_span_gets_its_findings_in_the_order_it_always_had() {
+        use crate::names::event::{BUDGET_EXCEEDED, LEAK_SUSPECTED, NEAR_OOM, OOM, PEER_OOM};
+        let order: Vec<&str> = KINDS.iter().map(|k| k.event()).collect();
+        assert_eq!(
+            order,
+            [BUDGET_EXCEEDED, LEAK_SUSPECTED, NEAR_OOM, OOM, PEER_OOM]
+        );
     }
 }
