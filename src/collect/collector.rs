@@ -81,7 +81,7 @@ impl Collector {
         // receives are forwarded, not its own.
         let own = config::Settings {
             service_name: options.service_name.clone(),
-            traces: config::Destination::Plain(crate::Exporter::None),
+            traces: config::Destination::None,
             summary: false,
             flush_on_signal: false,
             ..settings.clone()

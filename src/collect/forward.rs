@@ -1,5 +1,5 @@
-//! Where the collector sends what it received: the target its destination's kind builds
-//! (`crate::destinations`: the OTLP endpoint the standard variables name, the run
+//! Where the collector sends what it received: the target `crate::destinations::forward`
+//! builds from its destination (the OTLP endpoint the standard variables name, the run
 //! directory's OTLP/JSON files, standard output, or nowhere). One [`Forward`] per signal is
 //! the sink of that signal's export queue, which does the buffering, retries and accounting.
 //!
@@ -78,8 +78,7 @@ impl<R: Forwarded> Forward<R> {
         file: &str,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Transport<Self>, OpenError> {
-        let kind = destinations::kind(destination.exporter())?;
-        let target = kind.forward(destination, run_dir, file, runtime)?;
+        let target = destinations::forward(destination, run_dir, file, runtime)?;
         Ok(target.map(|target| Self {
             target,
             warned: AtomicBool::new(false),

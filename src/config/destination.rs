@@ -9,35 +9,21 @@ use super::table::{self, Signal};
 use super::{parse, CodeSettings, Compression, Exporter, Protocol};
 use crate::config::error::SettingError;
 
-/// Where one signal goes, fully resolved. What each exporter builds from it is its kind's
-/// in `crate::destinations`.
+/// Where one signal goes, fully resolved: the [`Exporter`] chosen, with the data it needs.
+/// `crate::destinations` matches it once for everything built from it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Destination {
     /// OTLP, with this signal's endpoint and options.
     Otlp(OtlpTarget),
-    /// Any other exporter: it takes no setting of its own from here.
-    Plain(Exporter),
+    /// OTLP/JSON lines on standard output.
+    Console,
+    /// Nowhere: spans still pass the taps and are counted; metric points are not read.
+    None,
+    /// OTLP/JSON lines in the run directory, a file for each signal.
+    RunDir,
 }
 
-#[allow(non_upper_case_globals)]
 impl Destination {
-    /// The run directory, which setting up checks for by this name.
-    pub(crate) const RunDir: Destination = Destination::Plain(Exporter::RunDir);
-    /// Standard output, by the name tests compare against.
-    #[cfg(test)]
-    pub(crate) const Console: Destination = Destination::Plain(Exporter::Console);
-    /// Nowhere, by the name tests compare against.
-    #[cfg(test)]
-    pub(crate) const None: Destination = Destination::Plain(Exporter::None);
-
-    /// The exporter chosen.
-    pub(crate) fn exporter(&self) -> Exporter {
-        match self {
-            Destination::Otlp(_) => Exporter::Otlp,
-            Destination::Plain(exporter) => *exporter,
-        }
-    }
-
     /// How long one export may take: the OTLP timeout, or a few seconds for local files.
     pub(crate) fn timeout(&self) -> Duration {
         match self {
@@ -83,8 +69,11 @@ pub(crate) fn destination(
         (None, Some(_)) => Exporter::Otlp,
         (None, None) => Exporter::RunDir,
     };
-    if exporter != Exporter::Otlp {
-        return Ok(Destination::Plain(exporter));
+    match exporter {
+        Exporter::Otlp => {}
+        Exporter::Console => return Ok(Destination::Console),
+        Exporter::None => return Ok(Destination::None),
+        Exporter::RunDir => return Ok(Destination::RunDir),
     }
     let protocol = layered(&table::PROTOCOL, code.protocol, on, env)?
         .map_or(Protocol::HttpProtobuf, |(p, _)| p);

@@ -7,42 +7,39 @@ use std::str::FromStr;
 
 use super::error::InvalidValue;
 
-/// Declares [`Exporter`] from one line per exporter: its variant and its spelling. What each
-/// does lives in its own file of `crate::destinations`, listed there in `KINDS`.
-macro_rules! exporters {
-    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
-        /// Where a signal goes.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        #[non_exhaustive]
-        pub enum Exporter {
-            $($(#[$doc])* $variant,)*
-        }
-
-        impl Exporter {
-            /// Every exporter, in the order of the list.
-            pub(crate) const ALL: [Exporter; [$(Exporter::$variant),*].len()] =
-                [$(Exporter::$variant),*];
-
-            /// The spelling the environment, the command line and Python take.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Exporter::$variant => $name,)*
-                }
-            }
-        }
-    };
-}
-
-exporters! {
+/// Where a signal goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Exporter {
     /// OTLP to a collector (`otlp`).
-    Otlp = "otlp",
+    Otlp,
     /// OTLP/JSON lines on standard output (`console`).
-    Console = "console",
+    Console,
     /// Nowhere (`none`).
-    None = "none",
+    None,
     /// The run directory (`run_dir`, `gpuspan-runs/<run-id>/`): the default when no
     /// endpoint is set.
-    RunDir = "run_dir",
+    RunDir,
+}
+
+impl Exporter {
+    /// Every exporter, in the order [`EXPORTERS`] names them.
+    pub(crate) const ALL: [Exporter; 4] = [
+        Exporter::Otlp,
+        Exporter::Console,
+        Exporter::None,
+        Exporter::RunDir,
+    ];
+
+    /// The spelling the environment, the command line and Python take.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Exporter::Otlp => "otlp",
+            Exporter::Console => "console",
+            Exporter::None => "none",
+            Exporter::RunDir => "run_dir",
+        }
+    }
 }
 
 /// OTLP transport.
@@ -172,9 +169,8 @@ mod tests {
             "{error}"
         );
         let error = "file".parse::<Exporter>().unwrap_err().to_string();
-        assert!(
-            error.contains("run_dir") && error.contains("console"),
-            "{error}"
-        );
+        for exporter in Exporter::ALL {
+            assert!(error.contains(exporter.as_str()), "{exporter}: {error}");
+        }
     }
 }

@@ -511,6 +511,26 @@ mod tests {
     }
 
     #[test]
+    fn every_exporter_the_environment_names_is_where_both_signals_go() {
+        for exporter in Exporter::ALL {
+            let env = [
+                ("OTEL_TRACES_EXPORTER", exporter.as_str()),
+                ("OTEL_METRICS_EXPORTER", exporter.as_str()),
+            ];
+            let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+            for destination in [&settings.traces, &settings.metrics] {
+                let reached = match destination {
+                    Destination::Otlp(_) => Exporter::Otlp,
+                    Destination::Console => Exporter::Console,
+                    Destination::None => Exporter::None,
+                    Destination::RunDir => Exporter::RunDir,
+                };
+                assert_eq!(reached, exporter, "{destination:?}");
+            }
+        }
+    }
+
+    #[test]
     fn the_environment_can_send_one_signal_to_the_run_directory() {
         let env = [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),

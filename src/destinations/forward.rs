@@ -1,6 +1,6 @@
-//! What `gpuspan collect` forwards one signal to, as a destination's kind builds it: the
-//! request-level OTLP client, an OTLP/JSON lines file or standard output, or nowhere. The
-//! collector's sink (`collect/forward.rs`) sends each queued request to it.
+//! What `gpuspan collect` forwards one signal to, as `super::forward` builds it from the
+//! destination: the request-level OTLP client, an OTLP/JSON lines file or standard output,
+//! or nowhere. The collector's sink (`collect/forward.rs`) sends each queued request to it.
 //!
 //! Threading: a remote target sends on the collector's runtime, a local one writes on the
 //! export queue's thread.
@@ -8,11 +8,9 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use super::{KindError, Outlet};
 use crate::export::otlp::request::{RequestClient, RequestError};
-use crate::export::queue::Transport;
 
 /// Where one signal's requests go.
 #[derive(Debug)]
@@ -23,32 +21,6 @@ pub(crate) enum ForwardTarget {
     Lines(LineFile),
     /// As they came, to an OTLP endpoint.
     Otlp(RequestClient),
-}
-
-impl ForwardTarget {
-    /// The target of `outlet`; `file` is the signal's file in the run directory, and a
-    /// remote target sends on `runtime`.
-    pub(crate) fn open(
-        outlet: Outlet<'_>,
-        run_dir: Option<&Path>,
-        file: &str,
-        runtime: &tokio::runtime::Handle,
-    ) -> Result<Transport<Self>, OpenError> {
-        let local = match outlet {
-            Outlet::Nowhere => ForwardTarget::Nowhere,
-            Outlet::Stdout => ForwardTarget::Lines(LineFile::stdout()),
-            Outlet::RunDir => {
-                let path = run_dir.unwrap_or(Path::new(".")).join(file);
-                ForwardTarget::Lines(LineFile::append(&path)?)
-            }
-            Outlet::Otlp(target) => {
-                let client = RequestClient::new(target, runtime)?;
-                let remote = Arc::new(ForwardTarget::Otlp(client));
-                return Ok(Transport::Remote(remote, runtime.clone()));
-            }
-        };
-        Ok(Transport::Local(local))
-    }
 }
 
 /// Why a forward target could not be set up.
@@ -62,8 +34,6 @@ pub(crate) enum OpenError {
     },
     #[error(transparent)]
     Otlp(#[from] RequestError),
-    #[error(transparent)]
-    Kind(#[from] KindError),
 }
 
 /// An OTLP/JSON lines file, or standard output. Not the SDK's run-directory writer: each

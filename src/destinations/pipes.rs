@@ -1,6 +1,6 @@
 //! Wiring the export pipelines: the span queue with its taps, the meter providers, and what
 //! the destinations share (the runtime OTLP needs, the run directory, each signal's
-//! accounting). Which sink a signal gets is its destination's kind's to say.
+//! accounting). Which sink a signal gets is matched on its destination in `super`.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -12,17 +12,14 @@ use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterP
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter};
 use opentelemetry_sdk::Resource;
 
-use super::Outlet;
 use crate::config::Destination;
 use crate::error::InitError;
 use crate::export::health::ExportHealth;
-use crate::export::jsonl::{JsonlMetricExporter, JsonlSpanExporter, Lines, NullSpanExporter};
-use crate::export::metrics::CountingMetricExporter;
+use crate::export::jsonl::Lines;
 use crate::export::otlp;
 use crate::export::queue::{QueueConfig, Transport};
 use crate::export::spans::QueueProcessor;
 use crate::export::tap::SpanTap;
-use crate::runlog;
 
 /// Builds the export pipelines of both signals, and keeps what shutdown needs: the runtime
 /// (made on first use) and each signal's accounting.
@@ -95,64 +92,6 @@ impl Pipes<'_> {
         health
     }
 
-    /// Starts the span queue towards `outlet`.
-    pub(crate) fn spans_to(
-        &mut self,
-        outlet: Outlet<'_>,
-        queue: SpanQueue<'_>,
-    ) -> Result<QueueProcessor, InitError> {
-        let name = outlet.describe(self.run_dir);
-        let (lines, name) = match outlet {
-            Outlet::Nowhere => {
-                let health = self.health(name, "span");
-                return queue.start(Transport::Local(NullSpanExporter), health);
-            }
-            Outlet::Otlp(target) => {
-                let handle = self.runtime()?;
-                let exporter = otlp::span_exporter(target, &handle)?;
-                let health = self.health(name, "span");
-                return queue.start(Transport::Remote(Arc::new(exporter), handle), health);
-            }
-            Outlet::Stdout => (Lines::stdout(), name),
-            Outlet::RunDir => self.run_dir_file(runlog::TRACES_FILE)?,
-        };
-        let health = self.health(name, "span");
-        let exporter = JsonlSpanExporter::new(lines, queue.resource);
-        queue.start(Transport::Local(exporter), health)
-    }
-
-    /// Adds a reader exporting to `outlet` every `interval` to `builder` (none when the
-    /// points go nowhere).
-    pub(crate) fn metrics_to(
-        &mut self,
-        outlet: Outlet<'_>,
-        builder: MeterProviderBuilder,
-        interval: Duration,
-    ) -> Result<MeterProviderBuilder, InitError> {
-        let name = outlet.describe(self.run_dir);
-        let (lines, name) = match outlet {
-            Outlet::Nowhere => return Ok(builder),
-            Outlet::Otlp(target) => {
-                let handle = self.runtime()?;
-                let health = self.health(name, "metric point");
-                let stopping = self.stopping.clone();
-                let exporter = otlp::metric_exporter(target, &handle, health, interval, stopping)?;
-                return Ok(periodic(builder, exporter, interval));
-            }
-            Outlet::Stdout => (Lines::stdout(), name),
-            Outlet::RunDir => self.run_dir_file(runlog::METRICS_FILE)?,
-        };
-        let health = self.health(name, "metric point");
-        let exporter = CountingMetricExporter::new(
-            JsonlMetricExporter::new(lines),
-            None,
-            health,
-            Duration::ZERO,
-            self.stopping.clone(),
-        );
-        Ok(periodic(builder, exporter, interval))
-    }
-
     /// The tracer provider: every span passes `taps` on the export thread, then goes to
     /// `destination` (or nowhere, still through the taps, when it is `none`).
     pub(crate) fn tracer_provider(
@@ -174,8 +113,7 @@ impl Pipes<'_> {
             timeout: destination.timeout(),
             shared,
         };
-        let kind = super::kind(destination.exporter()).map_err(|e| e.setting_up("traces"))?;
-        let processor = kind.spans(self, destination, queue)?;
+        let processor = self.spans_to(destination, queue)?;
         self.span_backlog = processor.backlog();
         Ok(builder.with_span_processor(processor).build())
     }
@@ -188,13 +126,12 @@ impl Pipes<'_> {
         interval: Duration,
     ) -> Result<SdkMeterProvider, InitError> {
         let builder = SdkMeterProvider::builder().with_resource(resource.clone());
-        let kind = super::kind(destination.exporter()).map_err(|e| e.setting_up("metrics"))?;
-        Ok(kind.metrics(self, destination, builder, interval)?.build())
+        Ok(self.metrics_to(destination, builder, interval)?.build())
     }
 }
 
 /// `builder` with a reader that pushes to `exporter` every `interval`.
-fn periodic(
+pub(super) fn periodic(
     builder: MeterProviderBuilder,
     exporter: impl PushMetricExporter,
     interval: Duration,
