@@ -99,6 +99,10 @@ pub use config::{Compression, Exporter, InvalidValue, Protocol, DEFAULT_SAMPLE_I
 #[doc(hidden)]
 pub mod settings {
     pub use crate::config::parse::{boolean, duration, fraction, listen_addr};
+    pub use crate::config::torch::{
+        torch, torch_memory_history, torch_phases, DEFAULT_MEMORY_HISTORY_ENTRIES,
+    };
+    pub use crate::config::{cuda_device, devices_chosen, launcher_rank};
     pub use crate::config::{Setting, Vars};
     pub use crate::telemetry::{setting, settings};
 }

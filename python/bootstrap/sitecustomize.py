@@ -89,6 +89,6 @@ def _run_the_next_sitecustomize():
               file=sys.stderr)
 
 
-if os.environ.get("GPUSPAN_TORCH", "1").strip().lower() not in ("0", "false", "off"):
-    sys.meta_path.insert(0, _Watcher())
+# ``gpuspan run`` puts this file on the path only when GPUSPAN_TORCH is on.
+sys.meta_path.insert(0, _Watcher())
 _run_the_next_sitecustomize()

@@ -25,7 +25,7 @@ import sys
 
 import gpuspan
 
-from . import _claim, _frameworks, _phases, _rank_device, _spans
+from . import _claim, _frameworks, _native, _phases, _rank_device, _spans
 from . import torch as _torch_figures
 
 _steps = None
@@ -96,7 +96,7 @@ class _OptimizerSteps:
         self._first_forward_handle = None
         self._watch_forward()
         self._phases = None
-        if os.environ.get("GPUSPAN_TORCH_PHASES", "").strip().lower() in ("1", "true", "on"):
+        if _native.torch_phases():
             # After the step hooks: a step opens before its first phase.
             self._phases = _phases.attach_everywhere(torch)
             self._handles.extend(self._phases.handles)
@@ -168,9 +168,7 @@ class _OptimizerSteps:
         from . import _memory_history
 
         try:
-            self._history = _memory_history.start(
-                self._torch, os.environ.get("GPUSPAN_TORCH_MEMORY_HISTORY")
-            )
+            self._history = _memory_history.start(self._torch)
         except Exception as error:  # noqa: BLE001 - the training goes on without it
             _warn("the memory history could not be kept", error)
 

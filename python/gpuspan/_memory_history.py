@@ -12,26 +12,17 @@ memory_viz (https://pytorch.org/memory_viz) opens. Nothing here changes the exit
 import os
 import sys
 
-DEFAULT_ENTRIES = 100_000
+from . import _native
+
+DEFAULT_ENTRIES = _native.DEFAULT_MEMORY_HISTORY_ENTRIES
 NEAR_OOM = "gpu.memory.near_oom"
 
 
-def entries_from(value):
-    """The ring's size from the variable's value: ``1``/``on`` for the default, a number
-    above 1 for that many entries, ``None`` when off."""
-    text = (value or "").strip().lower()
-    if text in ("", "0", "off", "false"):
-        return None
-    if text in ("1", "on", "true"):
-        return DEFAULT_ENTRIES
-    try:
-        entries = int(text)
-    except ValueError:
-        raise ValueError(
-            f"GPUSPAN_TORCH_MEMORY_HISTORY={value!r}: expected 1 (on), 0 (off) or the number "
-            "of allocations to keep, such as 200000"
-        ) from None
-    return entries if entries > 1 else None
+def entries():
+    """The ring's size from ``GPUSPAN_TORCH_MEMORY_HISTORY``, read by gpuspan's settings
+    table (a switch, or a number of allocations), or ``None`` when off. A value that is
+    neither raises ``ValueError`` naming the variable, as every setting's does."""
+    return _native.torch_memory_history()
 
 
 class MemoryHistory:
@@ -70,18 +61,18 @@ class MemoryHistory:
         return path
 
 
-def start(torch, value):
-    """A :class:`MemoryHistory` when ``value`` turns it on and CUDA is available, else
-    ``None`` (with one line saying why, when it was asked for)."""
-    entries = entries_from(value)
-    if entries is None:
+def start(torch):
+    """A :class:`MemoryHistory` when ``GPUSPAN_TORCH_MEMORY_HISTORY`` turns it on and CUDA
+    is available, else ``None`` (with one line saying why, when it was asked for)."""
+    size = entries()
+    if size is None:
         return None
     cuda = getattr(torch, "cuda", None)
     if cuda is None or not cuda.is_available():
         print("gpuspan: GPUSPAN_TORCH_MEMORY_HISTORY is set, but CUDA is not available: no "
               "memory history is kept", file=sys.stderr)
         return None
-    # The rank as gpuspan reads it (config::rank): torchrun, SLURM, Open MPI, MPICH, PMIx.
-    names = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
-    rank = next((os.environ[n] for n in names if os.environ.get(n, "").isdigit()), "0")
-    return MemoryHistory(cuda.memory, entries, rank)
+    # The rank as gpuspan reads it: torchrun's, SLURM's, Open MPI's, MPICH's, PMIx's.
+    rank = _native.launcher_rank()
+    rank = 0 if rank is None else rank
+    return MemoryHistory(cuda.memory, size, rank)

@@ -12,6 +12,8 @@ import os
 import re
 import sys
 
+from . import _native
+
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _warned = False
 
@@ -19,7 +21,7 @@ _warned = False
 def init_settings(torch):
     """The ``gpuspan.init`` keywords that make a rank measure its own device: none when
     ``GPUSPAN_DEVICES`` chooses, or before CUDA is in use (the core's rule applies)."""
-    if "GPUSPAN_DEVICES" in os.environ:
+    if _native.devices_chosen():
         return {}
     devices = devices_setting(torch)
     return {} if devices is None else {"devices": devices}
@@ -42,7 +44,7 @@ def devices_setting(torch):
         count = cuda.device_count()
     except Exception:  # noqa: BLE001 - unknown: as if several
         count = 2
-    return by_ordinal(ordinal, count, os.environ, warn_about_order=not _is_rocm(torch))
+    return by_ordinal(ordinal, count, warn_about_order=not _is_rocm(torch))
 
 
 def by_uuid(uuid):
@@ -57,20 +59,15 @@ def by_uuid(uuid):
     return f"GPU-{text},MIG-{text}"
 
 
-def by_ordinal(ordinal, count, environ, warn_about_order=True):
+def by_ordinal(ordinal, count, warn_about_order=True):
     """The devices setting for CUDA's device ``ordinal`` without its UUID: its entry of
-    ``CUDA_VISIBLE_DEVICES``, else the number, which gpuspan reads as an NVML index. Says
-    once, on stderr, when that number may name another GPU: CUDA's order is not the PCI
-    bus order (``CUDA_DEVICE_ORDER`` unset or ``FASTEST_FIRST``) and there are several
-    devices (``count`` of them visible, or an index above 0)."""
-    entry = str(ordinal)
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        entries = [e.strip() for e in visible.split(",") if e.strip()]
-        if ordinal < len(entries):
-            entry = entries[ordinal]
+    ``CUDA_VISIBLE_DEVICES`` as gpuspan reads that list, else the number, which gpuspan reads
+    as an NVML index. Says once, on stderr, when that number may name another GPU: CUDA's
+    order is not the PCI bus order (``CUDA_DEVICE_ORDER`` unset or ``FASTEST_FIRST``) and
+    there are several devices (``count`` of them visible, or an index above 0)."""
+    entry = _native.cuda_device(ordinal)
     if warn_about_order and entry.isdigit() and (count > 1 or int(entry) > 0):
-        order = environ.get("CUDA_DEVICE_ORDER", "").strip().upper()
+        order = os.environ.get("CUDA_DEVICE_ORDER", "").strip().upper()
         if order != "PCI_BUS_ID":
             _warn_once(
                 f"gpuspan: warning: CUDA gives no UUID for its device {ordinal}, so gpuspan "

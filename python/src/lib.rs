@@ -21,7 +21,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(report::read_run, m)?)?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(settings::check_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::torch_phases, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::torch_memory_history, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::launcher_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::devices_chosen, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::cuda_device, m)?)?;
     m.add("SETTINGS", settings::listing(m.py())?)?;
+    m.add(
+        "DEFAULT_MEMORY_HISTORY_ENTRIES",
+        gpuspan::settings::DEFAULT_MEMORY_HISTORY_ENTRIES,
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_submodule(&names(m.py())?)?;
     Ok(())

@@ -15,9 +15,44 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-/// Every keyword `init` takes, in the table's order.
+/// Every keyword `init` takes, in the table's order: the rows code sets.
 pub(crate) fn names() -> Vec<&'static str> {
-    table::settings().map(|s| s.name).collect()
+    table::settings()
+        .filter(|s| s.in_code())
+        .map(|s| s.name)
+        .collect()
+}
+
+/// `GPUSPAN_TORCH_PHASES`, read by the crate's grammar; a bad value is a `ValueError` that
+/// names the variable, as every setting's.
+#[pyfunction]
+pub(crate) fn torch_phases() -> PyResult<bool> {
+    table::torch_phases().map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// The launcher's rank of this process, by the crate's rules (`None` outside a launcher).
+#[pyfunction]
+pub(crate) fn launcher_rank() -> PyResult<Option<i64>> {
+    table::launcher_rank().map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Whether `GPUSPAN_DEVICES` chooses the devices, by the crate's rules.
+#[pyfunction]
+pub(crate) fn devices_chosen() -> bool {
+    table::devices_chosen()
+}
+
+/// CUDA's device `ordinal` as a `devices` entry: its `CUDA_VISIBLE_DEVICES` entry as the
+/// crate reads that list, else the number.
+#[pyfunction]
+pub(crate) fn cuda_device(ordinal: usize) -> PyResult<String> {
+    table::cuda_device(ordinal).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// `GPUSPAN_TORCH_MEMORY_HISTORY`: the allocations to keep, or `None` when off.
+#[pyfunction]
+pub(crate) fn torch_memory_history() -> PyResult<Option<usize>> {
+    table::torch_memory_history().map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// `gpuspan._native.SETTINGS`: the keywords, for the package and its tests.
@@ -36,7 +71,7 @@ pub(crate) fn check_settings(settings: &Bound<'_, PyDict>) -> PyResult<()> {
 pub(crate) fn apply(mut builder: Builder, settings: &Bound<'_, PyDict>) -> PyResult<Builder> {
     for (key, value) in settings.iter() {
         let key: String = key.extract()?;
-        if table::setting(&key).is_none() {
+        if !table::setting(&key).is_some_and(|s| s.in_code()) {
             return Err(PyTypeError::new_err(format!(
                 "gpuspan.init() got an unknown setting {key:?}; the settings are: {}, allocator",
                 names().join(", ")

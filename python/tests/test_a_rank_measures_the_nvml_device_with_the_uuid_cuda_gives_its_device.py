@@ -184,8 +184,10 @@ def test_the_warning_is_said_once_per_process(capsys, monkeypatch):
     from gpuspan import _rank_device
 
     monkeypatch.setattr(_rank_device, "_warned", False)
-    assert _rank_device.by_ordinal(1, 4, {}) == "1"
-    assert _rank_device.by_ordinal(1, 4, {}) == "1"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    assert _rank_device.by_ordinal(1, 4) == "1"
+    assert _rank_device.by_ordinal(1, 4) == "1"
     assert capsys.readouterr().err.count("CUDA_DEVICE_ORDER") == 1
 
 

@@ -57,6 +57,7 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     let Some(program) = command.first() else {
         return Err(CollectError::NoCommand);
     };
+    let bootstrap_python = crate::config::torch::torch()?;
     let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
     let collector = Collector::builder()
         .grpc_addr(Some(loopback))
@@ -82,13 +83,18 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
             "TRACEPARENT",
             format!("00-{}-{}-01", hex(&trace_id), hex(&span_id)),
         );
-    // A Python command that imports torch gets step spans (see `bootstrap`); the ranks it
-    // starts share one job id.
-    let bootstrap = super::bootstrap::Bootstrap::write().map_err(CollectError::Bootstrap)?;
-    child.env(
-        "PYTHONPATH",
-        bootstrap.python_path(std::env::var_os("PYTHONPATH")),
-    );
+    // A Python command that imports torch gets step spans (see `bootstrap`), unless
+    // GPUSPAN_TORCH turns that off; the ranks it starts share one job id.
+    let bootstrap = if bootstrap_python {
+        let bootstrap = super::bootstrap::Bootstrap::write().map_err(CollectError::Bootstrap)?;
+        child.env(
+            "PYTHONPATH",
+            bootstrap.python_path(std::env::var_os("PYTHONPATH")),
+        );
+        Some(bootstrap)
+    } else {
+        None
+    };
     if crate::config::job::job_id_variable().is_none() {
         child.env(crate::config::vars::GPUSPAN_JOB_ID, collector.run_id());
     }

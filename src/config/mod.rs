@@ -14,6 +14,7 @@ pub(crate) mod layered;
 pub(crate) mod parse;
 mod sampling;
 pub(crate) mod table;
+pub(crate) mod torch;
 pub(crate) mod vars;
 
 use std::ffi::OsString;
@@ -277,6 +278,41 @@ fn rank(env: Env<'_>) -> Result<Rank, InitError> {
         world_size: first(&[WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE])?,
         job_id: None,
     })
+}
+
+/// The rank the launcher gave this process (torchrun's, SLURM's, Open MPI's, MPICH's or
+/// PMIx's variable), as every part of gpuspan reads it; `None` outside a launcher.
+///
+/// # Errors
+/// A rank variable that is not a whole number, named with its value.
+pub fn launcher_rank() -> Result<Option<i64>, InitError> {
+    Ok(rank(Env::process())?.rank)
+}
+
+/// Whether `GPUSPAN_DEVICES` chooses the devices (set, and not blank: a blank variable is
+/// unset, as for every setting); a rank then measures those, not its own device.
+pub fn devices_chosen() -> bool {
+    Env::process().get(vars::GPUSPAN_DEVICES).is_some()
+}
+
+/// The device CUDA numbers `ordinal`, as a `GPUSPAN_DEVICES` entry: its entry of
+/// `CUDA_VISIBLE_DEVICES` as gpuspan reads that list (commas, blanks, an entry of `-1`
+/// ending it), else the number itself.
+///
+/// # Errors
+/// A `CUDA_VISIBLE_DEVICES` entry that names no device, as resolving the scope says it.
+pub fn cuda_device(ordinal: usize) -> Result<String, InitError> {
+    let visible = match Env::process().raw(vars::CUDA_VISIBLE_DEVICES) {
+        Some(list) => Some(
+            table::DEVICES
+                .read(&list)
+                .map_err(|error| error.named(vars::CUDA_VISIBLE_DEVICES, &list))?,
+        ),
+        None => None,
+    };
+    Ok(visible
+        .and_then(|scope| scope.entry(ordinal))
+        .unwrap_or_else(|| ordinal.to_string()))
 }
 
 /// Code, `GPUSPAN_DEVICES`, then `CUDA_VISIBLE_DEVICES`, else every device; without the

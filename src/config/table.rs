@@ -21,7 +21,8 @@ use crate::source::DeviceScope;
 pub struct Setting {
     /// Its name: the Python keyword.
     pub name: &'static str,
-    /// The `Builder` method that sets it in code (beating the variables).
+    /// The `Builder` method that sets it in code (beating the variables); empty for a
+    /// setting only the environment sets (see [`Setting::in_code`]).
     pub setter: &'static str,
     /// The variables that set it when code does not.
     pub vars: Vars,
@@ -29,6 +30,14 @@ pub struct Setting {
     pub expected: &'static str,
     /// What applies when nothing sets it.
     pub default: &'static str,
+}
+
+impl Setting {
+    /// Whether code sets it too (a `Builder` setter and a keyword of Python's `init()`),
+    /// not only the environment (the PyTorch integration's switches).
+    pub fn in_code(&self) -> bool {
+        !self.setter.is_empty()
+    }
 }
 
 /// The variables of a setting, in precedence order.
@@ -120,6 +129,12 @@ impl<T> Row<T> {
     /// The row with a setter named unlike the setting (one entry per call).
     pub(crate) const fn setter(mut self, setter: &'static str) -> Self {
         self.setting.setter = setter;
+        self
+    }
+
+    /// The row of a setting only the environment sets: no setter, no Python keyword.
+    pub(crate) const fn environment_only(mut self) -> Self {
+        self.setting.setter = "";
         self
     }
 

@@ -100,6 +100,12 @@ pub(crate) const GPUSPAN_NEAR_OOM_THRESHOLD: &str = "GPUSPAN_NEAR_OOM_THRESHOLD"
 /// How much of the timeline the near-OOM recorder keeps (default 30s).
 pub(crate) const GPUSPAN_NEAR_OOM_WINDOW: &str = "GPUSPAN_NEAR_OOM_WINDOW";
 
+/// The PyTorch integration: whether `gpuspan run` gives a Python command its bootstrap,
+/// the phases of every step, and PyTorch's memory history (see `config::torch`).
+pub(crate) const GPUSPAN_TORCH: &str = "GPUSPAN_TORCH";
+pub(crate) const GPUSPAN_TORCH_PHASES: &str = "GPUSPAN_TORCH_PHASES";
+pub(crate) const GPUSPAN_TORCH_MEMORY_HISTORY: &str = "GPUSPAN_TORCH_MEMORY_HISTORY";
+
 /// Position in a distributed run, as torchrun and SLURM set it.
 pub(crate) const RANK: &str = "RANK";
 pub(crate) const LOCAL_RANK: &str = "LOCAL_RANK";
@@ -180,6 +186,9 @@ pub(crate) const ALL: &[&str] = &[
     GPUSPAN_LEAK_WARMUP,
     GPUSPAN_NEAR_OOM_THRESHOLD,
     GPUSPAN_NEAR_OOM_WINDOW,
+    GPUSPAN_TORCH,
+    GPUSPAN_TORCH_PHASES,
+    GPUSPAN_TORCH_MEMORY_HISTORY,
     RANK,
     LOCAL_RANK,
     WORLD_SIZE,

@@ -98,6 +98,18 @@ impl DeviceScope {
         })
     }
 
+    /// The entry at `position` of the list, as a list of one entry would name it (`None`
+    /// for every device, or past the last entry).
+    pub(crate) fn entry(&self, position: usize) -> Option<String> {
+        match self.entries.as_ref()?.get(position)? {
+            DeviceId::Index(index) => Some(index.to_string()),
+            // Kept in lower case; the prefix is read in upper case.
+            DeviceId::Uuid(uuid) => {
+                Some(format!("{}{}", uuid[..4].to_ascii_uppercase(), &uuid[4..]))
+            }
+        }
+    }
+
     /// Whether `device` is in scope.
     pub fn includes(&self, device: &Device) -> bool {
         let Some(entries) = &self.entries else {

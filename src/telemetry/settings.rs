@@ -4,12 +4,14 @@
 
 use crate::config::Setting;
 
-/// Every setting: the configuration's rows, then the pictures' and diagnosis'.
+/// Every setting: the configuration's rows, then the pictures', diagnosis' and the PyTorch
+/// integration's.
 pub fn settings() -> impl Iterator<Item = &'static Setting> {
     crate::config::ROWS
         .iter()
         .chain(crate::report::setup::ROWS)
         .chain(crate::diagnose::settings::ROWS)
+        .chain(crate::config::torch::ROWS)
 }
 
 /// The setting named `name` (its Python keyword).
