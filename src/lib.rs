@@ -89,6 +89,9 @@ mod util;
 pub use macros::__private;
 #[cfg(feature = "__bench")]
 #[doc(hidden)]
+pub use source::drm::__private as __drm;
+#[cfg(feature = "__bench")]
+#[doc(hidden)]
 pub use timeline::__private as __timeline;
 
 pub use config::{Compression, Exporter, InvalidValue, Protocol, DEFAULT_SAMPLE_INTERVAL};

@@ -315,3 +315,32 @@ fn add(usages: &mut Vec<DeviceUsage>, pdev: &str, split: Split) {
         }
     }
 }
+
+/// This process's DRM clients read as the sampler reads them, for the benches.
+#[cfg(feature = "__bench")]
+#[doc(hidden)]
+pub mod __private {
+    use std::path::Path;
+    use std::time::Instant;
+
+    /// One process's clients under a procfs root.
+    #[derive(Debug)]
+    pub struct OwnClients(super::Clients);
+
+    impl OwnClients {
+        /// Reads `<procfs>/<pid>/fd` and `fdinfo`.
+        pub fn new(procfs: &Path, pid: u32) -> Self {
+            Self(super::Clients::new(procfs, pid, super::Whose::Own))
+        }
+
+        /// One read at `now` (a new look at the fds when one is due); the device memory
+        /// summed over the devices.
+        pub fn read(&mut self, now: Instant) -> Option<u64> {
+            let usage = self.0.read(now);
+            usage
+                .own
+                .iter()
+                .try_fold(0u64, |sum, u| u.device.map(|d| sum + d))
+        }
+    }
+}

@@ -9,6 +9,10 @@
 //!
 //! Every path is under the sysfs and procfs roots given, so tests run on written trees.
 
+#[cfg(feature = "__bench")]
+#[doc(hidden)]
+pub use clients::__private;
+
 pub(crate) mod cards;
 mod clients;
 mod fdinfo;
