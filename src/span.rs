@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use tracing::field::{Field, Value};
 use tracing::span::EnteredSpan;
 
-use crate::figures::{Number, SpanFigures, Triple, TRACED};
+use crate::figures::{Number, Reading, SpanFigures, Triple, TRACED};
 use crate::layer::{current, Ending, LayerState};
 use crate::sampler::{figure, Shared, Watermark};
 
@@ -123,12 +123,7 @@ impl MemorySpan {
         let tracking = self.tracking.as_ref()?;
         let shared = &*tracking.state.shared;
         let watermark = &*tracking.watermark;
-        let peak = |figure: usize| {
-            [watermark.peak(figure), shared.latest(figure)]
-                .into_iter()
-                .flatten()
-                .max()
-        };
+        let peak = |figure: usize| watermark.peak(figure).max(shared.reading(figure)).get();
         Some(SpanMemory {
             gpu_used: shared.latest(figure::GPU_USED),
             gpu_peak: peak(figure::GPU_USED),
@@ -171,9 +166,9 @@ impl Drop for MemorySpan {
 /// peak the highest of both and every sample between.
 fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
     let triple = |figure: usize| {
-        let (start, end) = (watermark.start(figure)?, shared.latest(figure)?);
-        let peak = watermark.peak(figure).unwrap_or(start).max(start).max(end);
-        Some(Triple::whole(start, end, peak))
+        let (start, end) = (watermark.start(figure), shared.reading(figure));
+        (start.is_some() && end.is_some())
+            .then(|| Triple::of(start, end, watermark.peak(figure).max(start).max(end)))
     };
     // Sums whose start and end cover different devices (one fell off meanwhile) would
     // read as memory freed or taken: leave them out.
@@ -186,9 +181,12 @@ fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
                 // A device lost meanwhile keeps its start and the peak it reached.
                 triple(figure).unwrap_or_else(|| {
                     let start = watermark.start(figure);
-                    let peak =
-                        start.map(|start| watermark.peak(figure).unwrap_or(start).max(start));
-                    Triple::new(start, None, peak)
+                    let peak = if start.is_some() {
+                        watermark.peak(figure).max(start)
+                    } else {
+                        Reading::NONE
+                    };
+                    Triple::of(start, Reading::NONE, peak)
                 })
             })
             .collect()
@@ -196,10 +194,7 @@ fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
         Vec::new()
     };
     // The coarsest a resolution was while the span was open.
-    let widest = |figure: usize| match (watermark.peak(figure), shared.latest(figure)) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
+    let widest = |figure: usize| watermark.peak(figure).max(shared.reading(figure)).get();
     let errors = watermark.errors();
     let error = if std::thread::panicking() {
         Some("panicked while the span was open".to_owned())

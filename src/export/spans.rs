@@ -21,7 +21,7 @@ use super::queue::{Accept, Backlog, Queue, QueueConfig, Transport};
 use super::returns::{Returned, Returns};
 use super::sink::Exporter;
 use super::tap::SpanTap;
-use crate::figures::{DeviceNames, RecordBuilder, SpanFigures};
+use crate::figures::{DeviceNames, Reading, RecordBuilder, SpanFigures};
 use crate::names::attribute as attr;
 use crate::sampler::Shared;
 
@@ -117,10 +117,10 @@ impl Accept for SpanIntake {
             // exact per-span peaks) win over the pushed counters' watermark.
             let has = |key: &str| span.attributes.iter().any(|kv| kv.key.as_str() == key);
             if figures.allocated_peak.is_some() && has(attr::GPU_ALLOCATOR_ALLOCATED_PEAK) {
-                figures.allocated_peak = None;
+                figures.allocated_peak = Reading::NONE;
             }
             if figures.reserved_peak.is_some() && has(attr::GPU_ALLOCATOR_RESERVED_PEAK) {
-                figures.reserved_peak = None;
+                figures.reserved_peak = Reading::NONE;
             }
             // A new list made here: growing the one the training thread allocated would
             // take that thread's allocator lock from this one; the old one goes back there.

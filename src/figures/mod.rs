@@ -11,10 +11,12 @@
 
 mod columns;
 mod read;
+mod reading;
 
 use columns::Slot;
 pub(crate) use columns::{Number, TRACED};
 pub(crate) use read::RecordBuilder;
+pub(crate) use reading::{AtomicReading, Reading};
 
 use std::sync::Arc;
 
@@ -22,30 +24,6 @@ use opentelemetry::{Key, KeyValue, Value};
 
 use crate::names::attribute as attr;
 use crate::record::GpuId;
-
-/// A reading that may be missing, in eight bytes: `u64::MAX` stands for "not measured", as
-/// in the sampler's atomics (no device or host holds 16 EiB). Kept this small because the
-/// figures move through the training thread's hand-off by value.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Reading(u64);
-
-impl Reading {
-    const NONE: Self = Self(u64::MAX);
-
-    fn new(value: Option<u64>) -> Self {
-        value.map_or(Self::NONE, |v| Self(v.min(u64::MAX - 1)))
-    }
-
-    fn get(self) -> Option<u64> {
-        (self != Self::NONE).then_some(self.0)
-    }
-}
-
-impl std::fmt::Debug for Reading {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.get().fmt(f)
-    }
-}
 
 /// Start, end and peak of one figure over a span, each where it was measured: a sum over
 /// the devices has all three or none; a device lost meanwhile has no end; a window older
@@ -67,16 +45,12 @@ impl Default for Triple {
 impl Triple {
     /// The figures that were measured.
     pub(crate) fn new(start: Option<u64>, end: Option<u64>, peak: Option<u64>) -> Self {
-        Self {
-            start: Reading::new(start),
-            end: Reading::new(end),
-            peak: Reading::new(peak),
-        }
+        Self::of(start.into(), end.into(), peak.into())
     }
 
-    /// All three figures.
-    pub(crate) fn whole(start: u64, end: u64, peak: u64) -> Self {
-        Self::new(Some(start), Some(end), Some(peak))
+    /// The readings as they were taken.
+    pub(crate) const fn of(start: Reading, end: Reading, peak: Reading) -> Self {
+        Self { start, end, peak }
     }
 
     pub(crate) fn start(&self) -> Option<u64> {
@@ -110,8 +84,8 @@ pub(crate) struct SpanFigures {
     pub(crate) gpu: Triple,
     pub(crate) process_gpu: Triple,
     pub(crate) host: Triple,
-    pub(crate) allocated_peak: Option<u64>,
-    pub(crate) reserved_peak: Option<u64>,
+    pub(crate) allocated_peak: Reading,
+    pub(crate) reserved_peak: Reading,
     /// Per device, only with more than one device in scope.
     pub(crate) devices: Vec<Triple>,
     pub(crate) samples: Option<u64>,
@@ -285,7 +259,7 @@ mod tests {
 
     use std::sync::Arc;
 
-    use super::{DeviceNames, RecordBuilder, SpanFigures, Triple};
+    use super::{DeviceNames, Reading, RecordBuilder, SpanFigures, Triple};
     use crate::record::{GpuId, SpanRecord};
 
     /// NVML indices 1, 5, 9...: not their positions, as with `CUDA_VISIBLE_DEVICES`; and
@@ -331,7 +305,11 @@ mod tests {
     }
 
     fn triple(base: u64) -> Triple {
-        Triple::whole(base, base.saturating_add(7), base.saturating_add(100))
+        Triple::new(
+            Some(base),
+            Some(base.saturating_add(7)),
+            Some(base.saturating_add(100)),
+        )
     }
 
     /// The record the export thread completes from the figures is the record read back
@@ -360,8 +338,8 @@ mod tests {
                         triple(500)
                     },
                     host: triple(u64::MAX - 5),
-                    allocated_peak: (variant == 2).then_some(42),
-                    reserved_peak: (variant >= 2).then_some(84),
+                    allocated_peak: (variant == 2).then_some(42).into(),
+                    reserved_peak: (variant >= 2).then_some(84).into(),
                     devices: (0..n)
                         .map(|i| {
                             Triple::new(
@@ -378,7 +356,7 @@ mod tests {
                 };
                 // The program recorded its own allocator peak on the span.
                 let extra = if variant == 5 {
-                    figures.reserved_peak = None;
+                    figures.reserved_peak = Reading::NONE;
                     vec![KeyValue::new("gpu.allocator.reserved.peak", 99_i64)]
                 } else {
                     Vec::new()

@@ -6,24 +6,16 @@
 //! one nor leaves one for the sampler to free). The only lock the training thread takes is
 //! the watermark list's, which the sampler holds for the few atomic maxima of one tick.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::figures::Reading;
 use crate::source::host::HostMemory;
 use crate::source::{DeviceReading, MemorySource};
 use crate::timeline::{Tick, TickObserver};
 use crate::util::sync::lock;
-
-/// Marks a figure that was not measured, inside this module's atomics only: everything
-/// outside reads `Option<u64>`.
-const ABSENT: u64 = u64::MAX;
-
-/// An atomic's value as a reading.
-fn reading(raw: u64) -> Option<u64> {
-    (raw != ABSENT).then_some(raw)
-}
 
 /// Positions of the figures every reading carries; device `i` is at `DEVICE0 + i`.
 pub(crate) mod figure {
@@ -60,13 +52,6 @@ use processes::Processes;
 pub use shared::SamplerStats;
 pub(crate) use shared::Shared;
 pub(crate) use watermark::Watermark;
-
-/// Raises `peak` to `value`, treating `ABSENT` as "nothing yet".
-pub(super) fn raise(peak: &AtomicU64, value: u64) {
-    let _ = peak.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |current| {
-        (current == ABSENT || value > current).then_some(value)
-    });
-}
 
 /// How long stopping waits for the sampler thread.
 const STOP_WAIT: Duration = Duration::from_secs(1);
@@ -206,7 +191,7 @@ struct Ticker {
     source: Option<Box<dyn MemorySource>>,
     host: HostMemory,
     readings: Vec<DeviceReading>,
-    figures: Vec<u64>,
+    figures: Vec<Reading>,
     shared: Arc<Shared>,
     warned: u64,
     last_tick: Option<Instant>,
@@ -238,7 +223,7 @@ impl Ticker {
             source,
             host: HostMemory::open(),
             readings: vec![DeviceReading::default(); n],
-            figures: vec![ABSENT; figure::DEVICE0 + n],
+            figures: vec![Reading::NONE; figure::DEVICE0 + n],
             shared,
             warned: 0,
             last_tick: None,
@@ -288,32 +273,24 @@ impl Ticker {
         let first = *self.first_tick.get_or_insert(now);
         let elapsed = processes::nanos(now - first);
         self.shared.elapsed_ns.store(elapsed, Ordering::Relaxed);
-        self.figures.fill(ABSENT);
+        self.figures.fill(Reading::NONE);
         let failing = self.read_devices();
         if let Some(widened) = self.cadence.widened() {
-            let widened = processes::nanos(widened);
+            let widened = Reading::some(processes::nanos(widened));
             self.figures[figure::GPU_RESOLUTION] = widened;
-            let _ =
-                self.shared
-                    .widened_ns
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
-                        (w == ABSENT || widened > w).then_some(widened)
-                    });
+            self.shared.widened_ns.raise(widened);
         }
-        self.figures[figure::HOST_RSS] = self.host.resident_bytes().unwrap_or(ABSENT);
+        self.figures[figure::HOST_RSS] = self.host.resident_bytes().into();
         let shared = &*self.shared;
         for (i, &value) in self.figures.iter().enumerate() {
             if i != figure::ALLOCATED && i != figure::RESERVED {
-                shared.latest[i].store(value, Ordering::Relaxed);
+                shared.latest[i].store(value);
             }
         }
         shared.failing.store(failing, Ordering::Relaxed);
         for window in lock(&shared.peak_windows).iter() {
             for (device, peak) in window.0.iter().enumerate() {
-                let value = self.figures[figure::DEVICE0 + device];
-                if value != ABSENT {
-                    raise(peak, value);
-                }
+                peak.raise(self.figures[figure::DEVICE0 + device]);
             }
         }
         for watermark in &lock(&shared.watermarks).open {
@@ -329,9 +306,8 @@ impl Ticker {
             return;
         }
         let shared = &*self.shared;
-        let present = |v: u64| (v != ABSENT).then_some(v);
         for (i, slot) in self.tick_used.iter_mut().enumerate() {
-            *slot = present(self.figures[figure::DEVICE0 + i]);
+            *slot = self.figures[figure::DEVICE0 + i].get();
         }
         for (i, slot) in self.tick_totals.iter_mut().enumerate() {
             *slot = shared.total(i);
@@ -340,9 +316,9 @@ impl Ticker {
             unix_nanos: crate::util::time::unix_nanos(std::time::SystemTime::now()),
             devices: &self.tick_used,
             totals: &self.tick_totals,
-            process_gpu: present(self.figures[figure::PROCESS_GPU]),
-            process_resolution_ns: present(self.figures[figure::PROCESS_RESOLUTION]),
-            host_rss: present(self.figures[figure::HOST_RSS]),
+            process_gpu: self.figures[figure::PROCESS_GPU].get(),
+            process_resolution_ns: self.figures[figure::PROCESS_RESOLUTION].get(),
+            host_rss: self.figures[figure::HOST_RSS].get(),
             allocated: shared.latest(figure::ALLOCATED),
             reserved: shared.latest(figure::RESERVED),
         };
@@ -372,7 +348,7 @@ impl Ticker {
                 // A device the lister does not cover keeps what the source read.
                 reading.process_used = processes.value(i).or(reading.process_used);
             }
-            if let Some(every) = reading(shared.process_every_ns.load(Ordering::Relaxed)) {
+            if let Some(every) = shared.process_every_ns.load().get() {
                 resolution = Duration::from_nanos(every);
             }
         }
@@ -384,9 +360,10 @@ impl Ticker {
         let mut process_sum = Some(0u64);
         let mut failing = 0u64;
         for (i, reading) in self.readings.iter().enumerate() {
-            shared.totals[i].store(reading.total.unwrap_or(ABSENT), Ordering::Relaxed);
-            let utilization = reading.utilization.map_or(ABSENT, f64::to_bits);
-            shared.utilization[i].store(utilization, Ordering::Relaxed);
+            shared.totals[i].store(reading.total.into());
+            // A finite share's bits are never all ones, the one value a reading reserves.
+            let utilization = reading.utilization.map(f64::to_bits);
+            shared.utilization[i].store(utilization.into());
             if let Some(error) = &reading.error {
                 if i < 64 {
                     failing |= 1 << i;
@@ -395,7 +372,7 @@ impl Ticker {
                 continue;
             }
             if let Some(used) = reading.used {
-                self.figures[figure::DEVICE0 + i] = used.min(ABSENT - 1);
+                self.figures[figure::DEVICE0 + i] = Reading::some(used);
             }
             used_sum = used_sum.zip(reading.used).map(|(a, b)| a.saturating_add(b));
             process_sum = process_sum
@@ -411,11 +388,10 @@ impl Ticker {
                 self.warn_once(i, &error);
             }
         }
-        let sum = |total: Option<u64>| total.map_or(ABSENT, |v| v.min(ABSENT - 1));
-        self.figures[figure::GPU_USED] = sum(used_sum);
-        self.figures[figure::PROCESS_GPU] = sum(process_sum);
+        self.figures[figure::GPU_USED] = used_sum.into();
+        self.figures[figure::PROCESS_GPU] = process_sum.into();
         if process_sum.is_some() {
-            self.figures[figure::PROCESS_RESOLUTION] = processes::nanos(resolution);
+            self.figures[figure::PROCESS_RESOLUTION] = Reading::some(processes::nanos(resolution));
         }
         failing
     }

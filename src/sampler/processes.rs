@@ -14,7 +14,7 @@
 //! over the cadence, so a slow list never delays a memory read. The lister is behind a
 //! mutex that only one of the two threads takes at a time (the other is parked).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use super::cost::Cost;
 use super::driver_check::DriverCheck;
 use super::meter::Call;
-use super::{Shared, ABSENT};
+use super::Shared;
+use crate::figures::{AtomicReading, Reading};
 use crate::record::GpuId;
 use crate::source::ProcessLister;
 use crate::util::sync::lock;
@@ -61,10 +62,10 @@ struct Listing {
 /// process thread.
 pub(super) struct Processes {
     listing: Mutex<Listing>,
-    /// Per device: this process's memory at its latest list (`ABSENT`: not known).
-    values: Box<[AtomicU64]>,
+    /// Per device: this process's memory at its latest list.
+    values: Box<[AtomicReading]>,
     /// Per device: the most any list saw, over the run.
-    peaks: Box<[AtomicU64]>,
+    peaks: Box<[AtomicReading]>,
     offloaded: AtomicBool,
     interval: Duration,
     thread: OnceLock<Thread>,
@@ -88,8 +89,8 @@ impl Processes {
                 due: None,
                 unlisted: devices,
             }),
-            values: (0..devices).map(|_| AtomicU64::new(ABSENT)).collect(),
-            peaks: (0..devices).map(|_| AtomicU64::new(ABSENT)).collect(),
+            values: (0..devices).map(|_| AtomicReading::none()).collect(),
+            peaks: (0..devices).map(|_| AtomicReading::none()).collect(),
             offloaded: AtomicBool::new(false),
             interval,
             thread: OnceLock::new(),
@@ -98,7 +99,7 @@ impl Processes {
 
     /// This process's memory on device `i` at its latest list.
     pub(super) fn value(&self, device: usize) -> Option<u64> {
-        super::reading(self.values[device].load(Ordering::Relaxed))
+        self.values[device].load().get()
     }
 
     /// On the sampler thread, at every tick: lists every device when the lists are inline
@@ -140,11 +141,9 @@ impl Processes {
             listing.unlisted = listing.unlisted.saturating_sub(1);
         }
         listing.costs[device].record(took);
-        let value = value.map_or(ABSENT, |v| v.min(ABSENT - 1));
-        self.values[device].store(value, Ordering::Relaxed);
-        if value != ABSENT {
-            super::raise(&self.peaks[device], value);
-        }
+        let value = Reading::from(value);
+        self.values[device].store(value);
+        self.peaks[device].raise(value);
         shared.process_lists.fetch_add(1, Ordering::Relaxed);
         shared.meter(Call::Processes, took);
     }
@@ -155,12 +154,8 @@ impl Processes {
         let costs: Vec<Duration> = listing.costs.iter().map(Cost::get).collect();
         let (every, offload) = plan(&costs, self.interval);
         let round: Duration = costs.iter().sum();
-        shared
-            .process_cost_ns
-            .store(nanos(round), Ordering::Relaxed);
-        shared
-            .process_every_ns
-            .store(nanos(every), Ordering::Relaxed);
+        shared.process_cost_ns.store(Reading::some(nanos(round)));
+        shared.process_every_ns.store(Reading::some(nanos(every)));
         let was = self.offloaded.swap(offload, Ordering::Relaxed);
         if offload && !was {
             if let Some(thread) = self.thread.get() {
@@ -216,7 +211,7 @@ impl Processes {
             .enumerate()
             .map(|(position, (&device, peak))| DriverCheck {
                 device,
-                listed_peak: super::reading(peak.load(Ordering::Relaxed)),
+                listed_peak: peak.load().get(),
                 driver: listing.lister.driver_peak(position),
             })
             .collect();

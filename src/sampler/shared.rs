@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::driver_check::DriverCheck;
+use super::figure;
 use super::meter::{Call, SelfMeter};
 use super::watermark::{Watermark, Watermarks, FREE_WATERMARKS};
-use super::{figure, raise, reading, ABSENT};
+use crate::figures::{AtomicReading, Reading};
 use crate::record::GpuId;
 use crate::source::Device;
 use crate::util::sync::lock;
@@ -22,10 +23,10 @@ pub(crate) struct Shared {
     /// `gpu.<i>.memory.start` / `.end` / `.peak` of every device, made once.
     pub(super) device_keys: Vec<[opentelemetry::Key; 3]>,
     pub(super) device_ids: Vec<GpuId>,
-    pub(super) latest: Box<[AtomicU64]>,
-    pub(super) totals: Box<[AtomicU64]>,
-    /// `f64` bits; `ABSENT` when not measured.
-    pub(super) utilization: Box<[AtomicU64]>,
+    pub(super) latest: Box<[AtomicReading]>,
+    pub(super) totals: Box<[AtomicReading]>,
+    /// `f64` bits.
+    pub(super) utilization: Box<[AtomicReading]>,
     /// Peak windows registered by metric readers: each reader has its own, so a Prometheus
     /// scrape does not reset the peak an OTLP export is about to report.
     pub(super) peak_windows: Mutex<Vec<Arc<PeakWindow>>>,
@@ -42,15 +43,15 @@ pub(crate) struct Shared {
     pub(super) missed_ticks: AtomicU64,
     /// From the first reading to the latest.
     pub(super) elapsed_ns: AtomicU64,
-    /// The widest interval device memory was read at, when wider than asked (`ABSENT`).
-    pub(super) widened_ns: AtomicU64,
+    /// The widest interval device memory was read at, when wider than asked.
+    pub(super) widened_ns: AtomicReading,
     /// What one round of memory reads costs, as planned with.
     pub(super) memory_cost_ns: AtomicU64,
     /// Process lists taken, how often each device is listed, and what a round of lists
-    /// costs (`ABSENT` without lists).
+    /// costs (not measured without lists).
     pub(super) process_lists: AtomicU64,
-    pub(super) process_every_ns: AtomicU64,
-    pub(super) process_cost_ns: AtomicU64,
+    pub(super) process_every_ns: AtomicReading,
+    pub(super) process_cost_ns: AtomicReading,
     /// Where the sampler's measurements of itself go, once the meters exist.
     meter: OnceLock<Box<dyn SelfMeter>>,
     /// The process peaks held against the driver's accounting, as the run ended.
@@ -74,7 +75,7 @@ pub(super) fn device_keys(id: GpuId) -> [&'static str; 3] {
 /// A metric reader's `gpu.memory.peak` window: per device, the highest reading since the
 /// reader last collected.
 #[derive(Debug)]
-pub(crate) struct PeakWindow(pub(super) Box<[AtomicU64]>);
+pub(crate) struct PeakWindow(pub(super) Box<[AtomicReading]>);
 
 /// How the sampler kept up with its schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +112,7 @@ pub struct SamplerStats {
 impl Shared {
     pub(crate) fn new(source_name: String, devices: Vec<Device>, interval: Duration) -> Self {
         let n = devices.len();
-        let atomics = |len: usize| (0..len).map(|_| AtomicU64::new(ABSENT)).collect();
+        let atomics = |len: usize| (0..len).map(|_| AtomicReading::none()).collect();
         let device_keys = devices
             .iter()
             .map(|device| device_keys(device.id()).map(opentelemetry::Key::from_static_str))
@@ -134,11 +135,11 @@ impl Shared {
             max_gap_ns: AtomicU64::new(0),
             missed_ticks: AtomicU64::new(0),
             elapsed_ns: AtomicU64::new(0),
-            widened_ns: AtomicU64::new(ABSENT),
+            widened_ns: AtomicReading::none(),
             memory_cost_ns: AtomicU64::new(0),
             process_lists: AtomicU64::new(0),
-            process_every_ns: AtomicU64::new(ABSENT),
-            process_cost_ns: AtomicU64::new(ABSENT),
+            process_every_ns: AtomicReading::none(),
+            process_cost_ns: AtomicReading::none(),
             meter: OnceLock::new(),
             driver_check: Mutex::new(Vec::new()),
         }
@@ -193,26 +194,30 @@ impl Shared {
         &self.device_keys
     }
 
-    /// The latest reading of a figure.
+    /// The latest reading of a figure, as a span's figures keep it.
+    pub(crate) fn reading(&self, figure: usize) -> Reading {
+        self.latest[figure].load()
+    }
+
+    /// The latest reading of a figure, if it was measured.
     pub(crate) fn latest(&self, figure: usize) -> Option<u64> {
-        reading(self.latest[figure].load(Ordering::Relaxed))
+        self.reading(figure).get()
     }
 
     /// Memory installed on device `i`.
     pub(crate) fn total(&self, device: usize) -> Option<u64> {
-        reading(self.totals[device].load(Ordering::Relaxed))
+        self.totals[device].load().get()
     }
 
     pub(crate) fn utilization(&self, device: usize) -> Option<f64> {
-        let bits = self.utilization[device].load(Ordering::Relaxed);
-        (bits != ABSENT).then(|| f64::from_bits(bits))
+        self.utilization[device].load().get().map(f64::from_bits)
     }
 
     /// Registers a metric reader's own peak window, raised at every tick from now on.
     pub(crate) fn register_peak_window(&self) -> Arc<PeakWindow> {
         let window = Arc::new(PeakWindow(
             (0..self.devices.len())
-                .map(|_| AtomicU64::new(ABSENT))
+                .map(|_| AtomicReading::none())
                 .collect(),
         ));
         lock(&self.peak_windows).push(Arc::clone(&window));
@@ -222,13 +227,8 @@ impl Shared {
     /// The highest usage of `device` since `window` was last taken, restarting the window
     /// at the latest reading.
     pub(crate) fn take_peak(&self, window: &PeakWindow, device: usize) -> Option<u64> {
-        let current = self.latest[figure::DEVICE0 + device].load(Ordering::Relaxed);
-        let peak = window.0[device].swap(current, Ordering::Relaxed);
-        match (peak, current) {
-            (ABSENT, c) => reading(c),
-            (p, ABSENT) => Some(p),
-            (p, c) => Some(p.max(c)),
-        }
+        let current = self.latest[figure::DEVICE0 + device].load();
+        window.0[device].swap(current).max(current).get()
     }
 
     /// Devices that failed their last read (bit `i`: device `i`).
@@ -266,9 +266,9 @@ impl Shared {
             .zip(watermark.peaks.iter())
             .zip(self.latest.iter())
         {
-            let value = latest.load(Ordering::Relaxed);
-            start.store(value, Ordering::Relaxed);
-            peak.store(value, Ordering::Relaxed);
+            let value = latest.load();
+            start.store(value);
+            peak.store(value);
         }
         watermark
             .start_failing
@@ -309,24 +309,23 @@ impl Shared {
     /// so a value pushed between two ticks is still in the peak.
     pub(crate) fn record_allocator(&self, allocated: Option<u64>, reserved: Option<u64>) {
         let pushed = [(figure::ALLOCATED, allocated), (figure::RESERVED, reserved)];
+        let pushed = pushed.map(|(figure, value)| (figure, Reading::from(value)));
         for (figure, value) in pushed {
-            if let Some(value) = value {
-                self.latest[figure].store(value.min(ABSENT - 1), Ordering::Relaxed);
+            if value.is_some() {
+                self.latest[figure].store(value);
             }
         }
         let watermarks = lock(&self.watermarks);
         for watermark in &watermarks.open {
             for (figure, value) in pushed {
-                if let Some(value) = value {
-                    raise(&watermark.peaks[figure], value.min(ABSENT - 1));
-                }
+                watermark.peaks[figure].raise(value);
             }
         }
     }
 
     pub(crate) fn stats(&self) -> SamplerStats {
         let samples = self.ticks.load(Ordering::Relaxed);
-        let load = |a: &AtomicU64| reading(a.load(Ordering::Relaxed)).map(Duration::from_nanos);
+        let load = |a: &AtomicReading| a.load().get().map(Duration::from_nanos);
         let elapsed = self.elapsed_ns.load(Ordering::Relaxed);
         SamplerStats {
             samples,
@@ -335,7 +334,7 @@ impl Shared {
             missed_ticks: self.missed_ticks(),
             achieved_interval: (samples > 1).then(|| Duration::from_nanos(elapsed / (samples - 1))),
             widened_interval: load(&self.widened_ns),
-            memory_read: load(&self.memory_cost_ns).unwrap_or_default(),
+            memory_read: Duration::from_nanos(self.memory_cost_ns.load(Ordering::Relaxed)),
             process_interval: load(&self.process_every_ns),
             process_read: load(&self.process_cost_ns),
             process_lists: self.process_lists.load(Ordering::Relaxed),

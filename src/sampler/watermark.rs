@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{raise, reading, ABSENT};
+use crate::figures::{AtomicReading, Reading};
 
 /// Open spans' watermarks, and closed ones kept for reuse so that opening a span does not
 /// allocate. A span's watermark moves from `open` to `free` when the span ends
@@ -21,17 +21,17 @@ pub(super) const FREE_WATERMARKS: usize = 256;
 /// The figures at a span's start and the highest seen while it is open.
 #[derive(Debug)]
 pub(crate) struct Watermark {
-    pub(super) start: Box<[AtomicU64]>,
+    pub(super) start: Box<[AtomicReading]>,
     /// Devices failing when the span opened (bit `i`: device `i`).
     pub(super) start_failing: AtomicU64,
-    pub(super) peaks: Box<[AtomicU64]>,
+    pub(super) peaks: Box<[AtomicReading]>,
     pub(super) samples: AtomicU64,
     pub(super) errors: AtomicU64,
 }
 
 impl Watermark {
     pub(super) fn new(figures: usize) -> Self {
-        let atomics = || (0..figures).map(|_| AtomicU64::new(ABSENT)).collect();
+        let atomics = || (0..figures).map(|_| AtomicReading::none()).collect();
         Self {
             start: atomics(),
             start_failing: AtomicU64::new(0),
@@ -42,13 +42,13 @@ impl Watermark {
     }
 
     /// A figure when the span opened.
-    pub(crate) fn start(&self, figure: usize) -> Option<u64> {
-        reading(self.start[figure].load(Ordering::Relaxed))
+    pub(crate) fn start(&self, figure: usize) -> Reading {
+        self.start[figure].load()
     }
 
     /// The highest reading of a figure while the span was open (start included).
-    pub(crate) fn peak(&self, figure: usize) -> Option<u64> {
-        reading(self.peaks[figure].load(Ordering::Relaxed))
+    pub(crate) fn peak(&self, figure: usize) -> Reading {
+        self.peaks[figure].load()
     }
 
     /// Devices failing when the span opened (bit `i`: device `i`).
@@ -66,11 +66,9 @@ impl Watermark {
         self.errors.load(Ordering::Relaxed)
     }
 
-    pub(super) fn raise(&self, figures: &[u64], failing: u64) {
+    pub(super) fn raise(&self, figures: &[Reading], failing: u64) {
         for (peak, &value) in self.peaks.iter().zip(figures) {
-            if value != ABSENT {
-                raise(peak, value);
-            }
+            peak.raise(value);
         }
         self.samples.fetch_add(1, Ordering::Relaxed);
         if failing != 0 {
