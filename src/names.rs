@@ -50,8 +50,8 @@ pub mod attribute {
     pub const GPU_MEMORY_DELTA: &str = "gpu.memory.delta";
     /// (max - min) / max of the per-device peaks, with several devices.
     pub const GPU_MEMORY_IMBALANCE: &str = "gpu.memory.imbalance";
-    /// Where the figures came from: `nvml`, `nvidia-smi`, `amdgpu-sysfs`, `drm-fdinfo`
-    /// (joined with `+` for GPUs of several kinds) or `none`.
+    /// Where the figures came from: `nvml`, `nvidia-smi`, `amdgpu-sysfs`, `drm-fdinfo`,
+    /// `kfd` (joined with `+` for GPUs of several kinds) or `none`.
     pub const GPU_MEMORY_SOURCE: &str = "gpu.memory.source";
     /// How many samples the peak was taken over.
     pub const GPU_MEMORY_SAMPLES: &str = "gpu.memory.samples";

@@ -62,6 +62,41 @@ pub(crate) struct Card {
     pub(crate) fixed_total: Option<u64>,
     /// The device's KFD node (ROCm's view), when KFD lists it.
     pub(crate) kfd: Option<KfdNode>,
+    /// For one compute partition of a GPU (an MI300X in CPX mode, say), its position among
+    /// the GPU's partitions: each partition is a device of its own, read through KFD.
+    pub(crate) partition: Option<u32>,
+}
+
+impl Card {
+    /// What the device figure is read from, recorded as `gpu.memory.source`.
+    pub(crate) fn source(&self) -> &'static str {
+        if self.partition.is_some() {
+            "kfd"
+        } else {
+            self.driver.source()
+        }
+    }
+
+    /// A GPU that KFD lists as several nodes: one card per partition.
+    fn partitions(self, nodes: &[KfdNode]) -> Vec<Card> {
+        let mine: Vec<&KfdNode> = nodes.iter().filter(|n| n.pdev == self.pdev).collect();
+        if self.driver != Driver::Amdgpu || mine.len() < 2 {
+            return vec![self];
+        }
+        mine.into_iter()
+            .zip(0u32..)
+            .map(|(node, partition)| Card {
+                uuid: match node.unique_id {
+                    Some(id) => format!("GPU-{id:016x}"),
+                    None => format!("{}-partition{partition}", self.pdev),
+                },
+                name: format!("{} partition {partition}", self.name),
+                kfd: Some(node.clone()),
+                partition: Some(partition),
+                ..self.clone()
+            })
+            .collect()
+    }
 }
 
 /// Lists the AMD and Intel GPUs under `<sysfs>/class/drm`, AMD's in KFD's order (the
@@ -79,6 +114,7 @@ pub(crate) fn discover(sysfs: &Path, kfd: &[KfdNode]) -> Vec<Card> {
             let number = name.to_str()?.strip_prefix("card")?.parse().ok()?;
             card(number, &class.join(&name).join("device"), kfd)
         })
+        .flat_map(|card| card.partitions(kfd))
         .collect();
     cards.sort_by_key(|card| {
         (
@@ -87,9 +123,10 @@ pub(crate) fn discover(sysfs: &Path, kfd: &[KfdNode]) -> Vec<Card> {
             card.number,
         )
     });
-    // One PCI device may have several DRM minors listed as cards: keep it once.
+    // One PCI device may have several DRM minors listed as cards: keep it (or each of its
+    // partitions) once.
     let mut seen = std::collections::HashSet::new();
-    cards.retain(|card| seen.insert(card.pdev.clone()));
+    cards.retain(|card| seen.insert((card.pdev.clone(), card.partition)));
     cards
 }
 
@@ -119,6 +156,7 @@ fn card(number: u32, dir: &Path, kfd: &[KfdNode]) -> Option<Card> {
         name,
         fixed_total,
         kfd: kfd.iter().find(|node| node.pdev == pdev).cloned(),
+        partition: None,
         pdev,
     })
 }

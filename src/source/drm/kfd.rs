@@ -14,6 +14,10 @@ pub(crate) struct KfdNode {
     pub(crate) gpu_id: u64,
     /// The PCI slot, from `properties`' `domain` and `location_id`.
     pub(crate) pdev: String,
+    /// `properties`' `unique_id`, where the kernel gives one (each partition its own).
+    pub(crate) unique_id: Option<u64>,
+    /// The node's memory: the sum of `mem_banks/*/properties`' `size_in_bytes`.
+    pub(crate) memory: Option<u64>,
 }
 
 /// The GPU nodes (CPU nodes have `gpu_id` 0), in node order; empty without KFD.
@@ -38,11 +42,61 @@ pub(crate) fn nodes(sysfs: &Path) -> Vec<KfdNode> {
                 node,
                 gpu_id,
                 pdev: pci_slot(domain, location),
+                unique_id: files::property(&properties, "unique_id").filter(|id| *id != 0),
+                memory: banks(&entry.path().join("mem_banks")),
             })
         })
         .collect();
     nodes.sort_by_key(|n| n.node);
     nodes
+}
+
+/// The sum of the memory banks' sizes; `None` without any.
+fn banks(dir: &Path) -> Option<u64> {
+    let mut total = None;
+    for entry in std::fs::read_dir(dir).ok()?.filter_map(Result::ok) {
+        let Ok(properties) = std::fs::read_to_string(entry.path().join("properties")) else {
+            continue;
+        };
+        if let Some(size) = files::property(&properties, "size_in_bytes") {
+            total = Some(total.unwrap_or(0u64).saturating_add(size));
+        }
+    }
+    total
+}
+
+/// Every KFD process's device memory per `gpu_id`: what the compute partitions of one GPU
+/// hold each. Processes whose files cannot be read are left out and named in `denied`.
+pub(crate) fn vram_by_gpu(sysfs: &Path, buf: &mut Vec<u8>) -> (Vec<(u64, u64)>, Option<PathBuf>) {
+    let mut sums: Vec<(u64, u64)> = Vec::new();
+    let mut denied = None;
+    let Ok(processes) = std::fs::read_dir(sysfs.join("class/kfd/kfd/proc")) else {
+        return (sums, denied);
+    };
+    for process in processes.filter_map(Result::ok) {
+        let Ok(files) = std::fs::read_dir(process.path()) else {
+            continue;
+        };
+        for file in files.filter_map(Result::ok) {
+            let name = file.file_name();
+            let Some(gpu_id) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("vram_"))
+                .and_then(|id| id.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            match files::number(&file.path(), buf) {
+                Ok(bytes) => match sums.iter_mut().find(|(id, _)| *id == gpu_id) {
+                    Some((_, sum)) => *sum = sum.saturating_add(bytes),
+                    None => sums.push((gpu_id, bytes)),
+                },
+                Err(files::Missing::Denied) => denied = denied.or(Some(file.path())),
+                Err(_) => {}
+            }
+        }
+    }
+    (sums, denied)
 }
 
 /// `location_id` is the bus, device and function as `bus << 8 | device << 3 | function`.

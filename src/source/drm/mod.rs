@@ -51,8 +51,9 @@ pub(crate) struct DrmSource {
     utilization: Vec<Option<f64>>,
     utilization_read: Option<Instant>,
     utilization_time: Option<Duration>,
-    /// Per card: whether KFD has a `vram_<gpu_id>` for this process (checked while absent).
     buf: Vec<u8>,
+    /// Whether the line about another user's KFD files was said.
+    told_kfd_denied: bool,
 }
 
 /// Why no AMD or Intel device is read, in words.
@@ -91,8 +92,8 @@ impl DrmSource {
         let (cards, devices): (Vec<Card>, Vec<Device>) = picked.into_iter().unzip();
         let mut sources: Vec<&str> = Vec::new();
         for card in &cards {
-            if !sources.contains(&card.driver.source()) {
-                sources.push(card.driver.source());
+            if !sources.contains(&card.source()) {
+                sources.push(card.source());
             }
         }
         let whose = if cards.iter().any(|c| c.driver != Driver::Amdgpu) {
@@ -112,6 +113,7 @@ impl DrmSource {
             utilization_read: None,
             utilization_time: None,
             buf: Vec::with_capacity(64),
+            told_kfd_denied: false,
         })
     }
 
@@ -127,6 +129,8 @@ impl DrmSource {
         let started = Instant::now();
         for (i, card) in self.cards.iter().enumerate() {
             self.utilization[i] = match card.driver {
+                // The busy figure is the whole GPU's, not one partition's.
+                Driver::Amdgpu if card.partition.is_some() => None,
                 Driver::Amdgpu => files::number(&card.dir.join("gpu_busy_percent"), &mut self.buf)
                     .ok()
                     .map(|percent| percent.min(100) as f64 / 100.0),
@@ -186,10 +190,51 @@ impl MemorySource for DrmSource {
             self.tell(notice);
         }
         self.read_utilization(now);
+        let partitions = if self.cards.iter().any(|c| c.partition.is_some()) {
+            let (sums, denied) = kfd::vram_by_gpu(&self.sysfs, &mut self.buf);
+            if let Some(path) = denied {
+                if !self.told_kfd_denied {
+                    self.told_kfd_denied = true;
+                    eprintln!(
+                        "gpuspan: warning: {} cannot be read (permission denied): a GPU \
+                         partition's memory is summed over the ROCm processes this user can \
+                         read, so that process's share is not in it",
+                        path.display()
+                    );
+                }
+            }
+            sums
+        } else {
+            Vec::new()
+        };
         for (i, reading) in out.iter_mut().enumerate().take(self.cards.len()) {
             let card = &self.cards[i];
-            match card.driver {
-                Driver::Amdgpu => {
+            match (card.driver, &card.partition, &card.kfd) {
+                (Driver::Amdgpu, Some(_), Some(node)) => {
+                    if !card.dir.join("uevent").exists() {
+                        reading.error = Some(format!(
+                            "the GPU at {} is gone ({} is not there)",
+                            card.pdev,
+                            card.dir.display()
+                        ));
+                        continue;
+                    }
+                    // A partition's memory is what the ROCm processes hold on it.
+                    reading.used = Some(
+                        partitions
+                            .iter()
+                            .find(|(id, _)| *id == node.gpu_id)
+                            .map_or(0, |(_, sum)| *sum),
+                    );
+                    reading.total = node.memory;
+                    let mine = kfd::process_vram(&self.sysfs, self.pid, node.gpu_id);
+                    reading.process_used = match files::number(&mine, &mut self.buf) {
+                        Ok(bytes) => Some(bytes),
+                        Err(Missing::Absent) => Some(0),
+                        Err(_) => None,
+                    };
+                }
+                (Driver::Amdgpu, _, _) => {
                     let used_path = card.dir.join("mem_info_vram_used");
                     match files::number(&used_path, &mut self.buf) {
                         Ok(used) => reading.used = Some(used),
@@ -207,7 +252,7 @@ impl MemorySource for DrmSource {
                     });
                     reading.process_used = kfd.or_else(|| usage.own_device(&card.pdev));
                 }
-                Driver::Xe | Driver::I915 => {
+                (Driver::Xe | Driver::I915, _, _) => {
                     if !card.dir.join("uevent").exists() {
                         reading.error = Some(format!(
                             "the GPU at {} is gone ({} is not there)",

@@ -256,3 +256,47 @@ fn the_runtimes_lists_narrow_the_devices() {
         .collect();
     assert_eq!(devices, [(3, "GPU-2a8c4c9f3b6e1d52".to_owned())]);
 }
+
+#[test]
+fn each_compute_partition_is_a_device_of_its_own_read_through_kfd() {
+    let tree = Tree::of("mi300x-four-compute-partitions");
+    let mut source = tree.open();
+    assert_eq!(source.name(), "kfd");
+    let devices: Vec<_> = source
+        .devices()
+        .iter()
+        .map(|d| (d.index, d.uuid.clone(), d.name.clone()))
+        .collect();
+    assert_eq!(
+        devices,
+        (0..4u32)
+            .map(|p| (
+                p,
+                format!("GPU-{:016x}", 1001 + p),
+                format!("AMD Instinct MI300X partition {p}")
+            ))
+            .collect::<Vec<_>>()
+    );
+    let readings = read(&mut source);
+    let used: Vec<_> = readings.iter().map(|r| r.used).collect();
+    assert_eq!(used, [Some(1280 * MIB), Some(5 * GIB), Some(0), Some(0)]);
+    let mine: Vec<_> = readings.iter().map(|r| r.process_used).collect();
+    assert_eq!(mine, [Some(GIB), Some(0), Some(0), Some(0)]);
+    assert!(readings.iter().all(|r| r.total == Some(48 * GIB)));
+    assert!(
+        readings.iter().all(|r| r.utilization.is_none()),
+        "the busy figure is the whole GPU's"
+    );
+}
+
+#[test]
+fn a_rank_picks_its_own_partition() {
+    let tree = Tree::of("mi300x-four-compute-partitions");
+    let scope = DrmScope {
+        position: Some(2),
+        ..DrmScope::default()
+    };
+    let source = DrmSource::open(&tree.roots(), &scope, 0).unwrap();
+    let uuids: Vec<_> = source.devices().iter().map(|d| d.uuid.clone()).collect();
+    assert_eq!(uuids, [format!("GPU-{:016x}", 1003)]);
+}
