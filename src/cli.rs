@@ -52,6 +52,10 @@ enum Command {
         #[arg(long, default_value = crate::config::table::SAMPLE_INTERVAL.row.setting.default, value_parser = parse_sample_interval)]
         interval: Duration,
     },
+    /// Compares two runs (run directories, job directories or OTLP/JSON traces files) by
+    /// phase, device, epoch and step. Exits 1 when a figure grew past --max-increase, 2 on
+    /// bad input.
+    Diff(crate::diff::cli::Args),
     /// Prints each device's memory every interval until interrupted.
     Watch {
         /// Time between lines, such as 500ms or 2s (at least 10ms, at most a day).
@@ -176,6 +180,7 @@ where
             };
             report(dir, &pictures)
         }
+        Command::Diff(args) => return crate::diff::cli::run(&args),
         Command::Watch { every, count } => watch(every, count),
         #[cfg(feature = "nvml")]
         Command::Selftest { mib, interval } => return selftest(mib, interval),

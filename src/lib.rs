@@ -64,6 +64,8 @@ pub mod collect;
 mod config;
 mod destinations;
 mod diagnose;
+#[cfg(feature = "cli")]
+pub mod diff;
 mod error;
 mod export;
 mod figures;

@@ -171,6 +171,28 @@ fn div_round(numerator: i128, denominator: i128) -> Option<i128> {
 }
 
 impl BatchFit {
+    /// Fits `(batch_size, peak bytes)` pairs, as the run's own fit does, and the largest
+    /// batch within `limit` bytes; `None` with fewer than two batch sizes, or figures too
+    /// large to fit exactly. For tools that compare runs (`gpuspan diff`).
+    pub fn from_steps(
+        steps: impl IntoIterator<Item = (i64, i64)>,
+        limit: Option<i64>,
+    ) -> Option<Self> {
+        let mut fitter = BatchFitter::default();
+        for (batch_size, peak) in steps {
+            fitter.add(batch_size, peak);
+        }
+        fitter.fit(limit)
+    }
+
+    /// What the run in `run_dir` fitted its largest batch to (its budget, else its
+    /// devices' total, from `limits.json`); `None` when the run recorded neither.
+    pub fn limit_of_run(run_dir: &std::path::Path) -> Option<i64> {
+        super::read_batch_limit(run_dir)
+    }
+}
+
+impl BatchFit {
     /// One line for the summary: the line, its error and the largest batch that fits.
     pub(crate) fn describe(&self) -> String {
         let bytes = crate::util::bytes::human;
