@@ -181,10 +181,15 @@ pub struct Unmatched {
     pub phase: String,
     /// How many.
     pub count: usize,
-    /// The first of them.
-    pub first: String,
-    /// The last of them.
+    /// Where they ran, the first [`Unmatched::LISTED`] of them in order.
+    pub places: Vec<String>,
+    /// Where the last of them ran.
     pub last: String,
+}
+
+impl Unmatched {
+    /// How many places are listed at most.
+    pub const LISTED: usize = 100;
 }
 
 /// Both sides' rows, compared.
@@ -365,15 +370,22 @@ fn max(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 
 /// The places of `row` that `other` lacks, if any.
 fn unmatched(key: &RowKey, row: &Series, other: &Series) -> Option<Unmatched> {
-    let mut only = row.keys().filter(|place| !other.contains_key(place));
-    let first = only.next()?;
-    let (count, last) = only.fold((1, first), |(count, _), place| (count + 1, place));
+    let mut places = Vec::new();
+    let mut count = 0;
+    let mut last = None;
+    for place in row.keys().filter(|place| !other.contains_key(place)) {
+        if places.len() < Unmatched::LISTED {
+            places.push(place.to_string());
+        }
+        count += 1;
+        last = Some(place);
+    }
     Some(Unmatched {
         rank: key.rank.clone(),
         phase: key.phase.clone(),
         count,
-        first: first.to_string(),
-        last: last.to_string(),
+        places,
+        last: last?.to_string(),
     })
 }
 

@@ -260,8 +260,14 @@ fn change_text(figure: &FigureChange) -> String {
     } else {
         change.to_string()
     };
-    if let Some(percent) = figure.percent.filter(|_| change != 0) {
-        let _ = write!(text, " ({percent:+.1} %)");
+    match figure.percent.filter(|_| change != 0) {
+        Some(percent) if percent.abs() < 0.1 => {
+            let _ = write!(text, " ({percent:+.2} %)");
+        }
+        Some(percent) => {
+            let _ = write!(text, " ({percent:+.1} %)");
+        }
+        None => {}
     }
     text
 }
@@ -308,16 +314,18 @@ fn span_place(span: &SpanRef) -> String {
     }
 }
 
-/// `step: 2 spans, epoch 0 step 3 to epoch 0 step 4`.
+/// `step: 2 spans: epoch 0 step 3, epoch 0 step 5`; past five, the first and the last.
 fn only(u: &Unmatched) -> String {
     let rank = u
         .rank
         .as_ref()
         .map(|r| format!("rank {r} "))
         .unwrap_or_default();
+    let first = u.places.first().map_or("", String::as_str);
     match u.count {
-        1 => format!("{rank}{}: 1 span, {}", u.phase, u.first),
-        n => format!("{rank}{}: {n} spans, {} to {}", u.phase, u.first, u.last),
+        1 => format!("{rank}{}: 1 span: {first}", u.phase),
+        n if n <= 5 => format!("{rank}{}: {n} spans: {}", u.phase, u.places.join(", ")),
+        n => format!("{rank}{}: {n} spans, from {first} to {}", u.phase, u.last),
     }
 }
 
