@@ -23,7 +23,11 @@ fn train(fake: &FakeNvml, root: &Path, id: &str, used_mib: &str) {
             ("FAKE_NVML_USED_MIB", used_mib),
         ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn diff(root: &Path, base: &str, new: &str, args: &[&str]) -> (i32, String, String) {

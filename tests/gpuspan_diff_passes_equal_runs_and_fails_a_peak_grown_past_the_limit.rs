@@ -1,6 +1,7 @@
 //! `gpuspan diff BASE NEW` on two runs written to the byte: equal runs pass with exit 0; a
 //! forward pass that peaks 5 % higher fails a 2 % limit with exit 1 and the row marked, and
-//! passes a limit of exactly 5 %; limits by figure gate each figure on its own.
+//! passes a limit of exactly 5 %; limits by figure gate each figure on its own, the batch
+//! fit's bytes per sample and the allocator's split among them.
 
 #![cfg(feature = "cli")]
 
@@ -228,4 +229,86 @@ fn json_holds_every_figure_of_every_row_and_the_verdict() {
     assert_eq!(forward["figures"][1]["figure"], "growth");
     assert_eq!(forward["figures"][1]["past_limit"], false);
     assert_eq!(json["only_base"], serde_json::json!([]));
+}
+
+/// Four steps of batch 16 and 32: a step peaks at 1 GiB + `per_sample` a sample; the
+/// allocator's pool is 64 MiB over what it allocated, and the process holds
+/// `non_allocator` beyond the pool. The devices' total is 8 GiB (`limits.json`).
+fn batch_run(dir: &Path, per_sample: i64, non_allocator: i64) {
+    let mut trace = Trace::new();
+    for step in 0..4 {
+        let batch = if step % 2 == 0 { 16 } else { 32 };
+        let peak = GIB + per_sample * batch;
+        let allocated = GIB / 2 + per_sample * batch;
+        let reserved = allocated + 64 * MIB;
+        let process = reserved + non_allocator;
+        let id = trace.reserve_id();
+        trace.span(
+            "step",
+            &id,
+            None,
+            Some(Mem {
+                start: GIB,
+                peak,
+                end: GIB,
+            }),
+            &[
+                ("ml.step", step),
+                ("batch_size", batch),
+                ("gpu.allocator.allocated.peak", allocated),
+                ("gpu.allocator.reserved.peak", reserved),
+                ("gpu.process.memory.start", GIB),
+                ("gpu.process.memory.peak", process),
+                ("gpu.process.memory.end", GIB),
+            ],
+        );
+    }
+    trace.write_run(dir);
+    std::fs::write(
+        dir.join("limits.json"),
+        format!(
+            r#"{{"devices":[{{"index":0,"total_bytes":{},"budget_bytes":null}}]}}"#,
+            8 * GIB
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_bytes_per_sample_and_the_memory_beyond_the_allocator_are_held_to_their_limits() {
+    let root = tempfile::tempdir().unwrap();
+    let (base, new) = (root.path().join("base"), root.path().join("new"));
+    batch_run(&base, 8 * MIB, 300 * MIB);
+    batch_run(&new, 9 * MIB, 400 * MIB);
+    let (code, stdout, stderr) = diff(&[
+        path(&base),
+        path(&new),
+        "--max-increase",
+        "bytes_per_sample=10%,non_allocator_peak=64MiB,allocator_peak=1GiB",
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    // Peaks of 1 GiB + 128 / 256 MiB against 1 GiB + 144 / 288 MiB; within 8 GiB the
+    // largest batch goes from 7 GiB / 8 MiB = 896 to 7 GiB / 9 MiB = 796.
+    let expected = format!(
+        "base: {} (4 spans with memory figures)
+new:  {} (4 spans with memory figures)
+
+phase  device  compared  figure                 base      new              change  limit
+step   all            4  peak                1.2 GiB  1.3 GiB  +32.0 MiB (+2.5 %)
+step   all            4  growth                  0 B      0 B                 0 B
+step   all            4  allocator_peak      768 MiB  800 MiB  +32.0 MiB (+4.2 %)  1GiB: ok
+step   all            4  non_allocator_peak  300 MiB  400 MiB  +100 MiB (+33.3 %)  64MiB: past
+step   all            4  bytes_per_sample    8.0 MiB  9.0 MiB  +1.0 MiB (+12.5 %)  10%: past
+step   all            4  max_batch_size          896      796      -100 (-11.2 %)
+
+worst step in base: step 1, 1.2 GiB (trace 000000000000000000000000d1ff0000)
+worst step in new: step 1, 1.3 GiB (trace 000000000000000000000000d1ff0000)
+past the limit: step non_allocator_peak +100 MiB (+33.3 %) (limit 64MiB)
+past the limit: step bytes_per_sample +1.0 MiB (+12.5 %) (limit 10%)
+2 figures past the limit
+",
+        base.display(),
+        new.display()
+    );
+    assert_eq!(stdout, expected);
 }
