@@ -6,72 +6,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::align::{Device, Place, Point, RowKey, Series};
+use super::figure::Figure;
 use super::limits::{Limit, MaxIncrease};
 use crate::diagnose::BatchFit;
-
-/// A figure of a row, as the table, the JSON and `--max-increase` name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
-pub enum Figure {
-    /// The highest peak of the row's spans.
-    Peak,
-    /// Memory at the end of the last span minus memory at the start of the first.
-    Growth,
-    /// The framework allocator's highest allocated bytes (`gpu.allocator.allocated.peak`).
-    AllocatorPeak,
-    /// The highest of what the process held beyond the allocator's pool
-    /// (`gpu.memory.non_allocator.peak`).
-    NonAllocatorPeak,
-    /// The batch-size fit's bytes per sample.
-    BytesPerSample,
-    /// The largest batch the fit says fits the run's limit.
-    MaxBatchSize,
-}
-
-impl Figure {
-    /// Every figure, in the order rows list them.
-    pub const ALL: [Self; 6] = [
-        Self::Peak,
-        Self::Growth,
-        Self::AllocatorPeak,
-        Self::NonAllocatorPeak,
-        Self::BytesPerSample,
-        Self::MaxBatchSize,
-    ];
-
-    /// The figures `--max-increase` may limit (a larger batch is no regression).
-    pub const GATED: [Self; 5] = [
-        Self::Peak,
-        Self::Growth,
-        Self::AllocatorPeak,
-        Self::NonAllocatorPeak,
-        Self::BytesPerSample,
-    ];
-
-    /// `peak`, `growth`, `allocator_peak`, `non_allocator_peak`, `bytes_per_sample`,
-    /// `max_batch_size`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Peak => "peak",
-            Self::Growth => "growth",
-            Self::AllocatorPeak => "allocator_peak",
-            Self::NonAllocatorPeak => "non_allocator_peak",
-            Self::BytesPerSample => "bytes_per_sample",
-            Self::MaxBatchSize => "max_batch_size",
-        }
-    }
-
-    /// Whether the figure is a count of bytes (else of samples).
-    pub const fn is_bytes(self) -> bool {
-        !matches!(self, Self::MaxBatchSize)
-    }
-}
-
-impl Serialize for Figure {
-    fn serialize<S: serde::Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
-        out.serialize_str(self.name())
-    }
-}
 
 /// One span named by where it ran, with the trace to open.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

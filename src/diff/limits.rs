@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::compare::Figure;
+use super::figure::Figure;
 
 /// How far one figure may grow: a share of the base's figure, or bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -11,6 +11,7 @@
 mod align;
 pub mod cli;
 mod compare;
+mod figure;
 mod limits;
 mod load;
 mod render;
@@ -20,7 +21,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 pub use align::{Device, Place};
-pub use compare::{Figure, FigureChange, Row, SpanRef, Unmatched};
+pub use compare::{FigureChange, Row, SpanRef, Unmatched};
+pub use figure::Figure;
 pub use limits::{BadLimit, Limit, MaxIncrease};
 
 /// The JSON shape's version, its first field: a field is only ever added.
