@@ -300,3 +300,39 @@ fn a_rank_picks_its_own_partition() {
     let uuids: Vec<_> = source.devices().iter().map(|d| d.uuid.clone()).collect();
     assert_eq!(uuids, [format!("GPU-{:016x}", 1003)]);
 }
+
+/// What a read of this process's clients in `tree` says once, over three reads.
+fn notices(tree: &Tree) -> Vec<Notice> {
+    let mut clients = Clients::new(&tree.roots().procfs, std::process::id(), Whose::Own);
+    let mut said = Vec::new();
+    for _ in 0..3 {
+        clients.read(std::time::Instant::now());
+        said.extend(clients.take_notices());
+    }
+    said
+}
+
+#[test]
+fn an_apu_s_client_is_named_once_with_the_file() {
+    let tree = Tree::of("apu-without-vram-keys");
+    assert_eq!(
+        notices(&tree),
+        [Notice::NoDeviceRegion(tree.path("proc/self/fdinfo/5"))]
+    );
+}
+
+#[test]
+fn an_unreadable_fdinfo_is_named_once_with_the_file() {
+    let tree = Tree::of("unreadable-fdinfo");
+    let said = notices(&tree);
+    assert_eq!(said.len(), 1, "{said:?}");
+    let Notice::Unreadable(why) = &said[0] else {
+        panic!("{said:?}");
+    };
+    assert!(why.contains("fdinfo/7"), "{why}");
+}
+
+#[test]
+fn clean_clients_say_nothing() {
+    assert_eq!(notices(&Tree::of("two-clients-one-process")), []);
+}
