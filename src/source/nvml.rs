@@ -17,6 +17,8 @@ use super::{Device, DeviceReading, DeviceScope, DriverPeak, MemorySource, Proces
 /// [`NvmlProcesses`] until the sampler takes that over.
 pub(crate) struct NvmlSource {
     nvml: Arc<Nvml>,
+    /// Every GPU NVML counts, in scope or not: other vendors' devices are numbered after.
+    count: u32,
     handles: Vec<nvml_wrapper_sys::bindings::nvmlDevice_t>,
     devices: Vec<Device>,
     /// `false` once the driver said it has no utilization counters.
@@ -70,6 +72,7 @@ impl NvmlSource {
         let n = devices.len();
         let nvml = Arc::new(nvml);
         Ok(Self {
+            count,
             processes: Some(NvmlProcesses::new(
                 Arc::clone(&nvml),
                 handles.clone(),
@@ -83,6 +86,11 @@ impl NvmlSource {
             utilization_read: None,
             utilization_time: None,
         })
+    }
+
+    /// How many GPUs NVML counts, in scope or not.
+    pub(crate) fn count(&self) -> u32 {
+        self.count
     }
 
     /// Also keeps every process's memory (not only this process's) in `table` as the

@@ -12,25 +12,22 @@ use crate::source::MemorySource;
 
 /// Opens the best source the machine has; `None` (with a warning) when there is none.
 pub(crate) fn open_gpu_source(settings: &Settings) -> Option<Box<dyn MemorySource>> {
+    // AMD and Intel devices are numbered after every GPU NVML counts (in scope or not),
+    // so every device has one index whatever the scope.
     #[cfg(feature = "nvml")]
-    let nvml: Result<Box<dyn MemorySource>, String> =
+    let (nvml, first_index): (Result<Box<dyn MemorySource>, String>, u32) =
         match nvml::NvmlSource::open(settings.nvml_lib.as_deref(), &settings.devices) {
-            Ok(source) => Ok(Box::new(source)),
-            Err(why) => Err(why.0),
+            Ok(source) => {
+                let count = source.count();
+                (Ok(Box::new(source)), count)
+            }
+            Err(why) => (Err(why.0), 0),
         };
     #[cfg(not(feature = "nvml"))]
-    let nvml: Result<Box<dyn MemorySource>, String> =
-        Err("this build leaves out NVML (gpuspan's `nvml` feature)".to_owned());
-
-    // AMD and Intel devices are numbered after NVIDIA's, so every device has its own index.
-    let first_index = nvml.as_ref().map_or(0, |source| {
-        source
-            .devices()
-            .iter()
-            .map(|d| d.index + 1)
-            .max()
-            .unwrap_or(0)
-    });
+    let (nvml, first_index): (Result<Box<dyn MemorySource>, String>, u32) = (
+        Err("this build leaves out NVML (gpuspan's `nvml` feature)".to_owned()),
+        0,
+    );
     let drm = DrmSource::open(&settings.roots, &settings.drm_devices, first_index);
     let why = match (nvml, drm) {
         (Ok(nvml), Ok(drm)) if !nvml.devices().is_empty() => {

@@ -99,3 +99,35 @@ fn nvidia_devices_stay_on_nvml_and_amd_devices_come_after_them() {
         "NVML's list on the NVIDIA GPU and fdinfo on the AMD one"
     );
 }
+
+#[test]
+fn gpuspan_devices_numbers_amd_devices_after_every_nvidia_gpu() {
+    let fake = FakeNvml::build();
+    fake.set_device_count(2);
+    let root = tempfile::tempdir().unwrap();
+    let device = root.path().join("sys/class/drm/card2/device");
+    std::fs::create_dir_all(&device).unwrap();
+    std::fs::write(
+        device.join("uevent"),
+        format!("DRIVER=amdgpu\nPCI_SLOT_NAME={PDEV}\n"),
+    )
+    .unwrap();
+    std::fs::write(device.join("mem_info_vram_used"), "4096\n").unwrap();
+
+    let receiver = Receiver::start_grpc();
+    let builder = setup::to_receiver(&receiver)
+        .nvml_lib(fake.path())
+        .devices("2")
+        .sysfs_root(root.path().join("sys"))
+        .procfs_root(root.path().join("proc"));
+    let (telemetry, ()) = sampling::run(builder, |telemetry| {
+        let devices = telemetry.devices();
+        let seen: Vec<_> = devices
+            .iter()
+            .map(|d| (d.device.index, d.device.vendor.clone()))
+            .collect();
+        assert_eq!(seen, [(2, "AMD".to_owned())], "the AMD GPU is device 2");
+        assert_eq!(telemetry.memory_source(), Some("amdgpu-sysfs"));
+    });
+    telemetry.shutdown().expect("clean shutdown");
+}
