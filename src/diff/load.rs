@@ -5,12 +5,9 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-
+use super::wire::Request;
 use super::DiffError;
 use crate::diagnose::BatchFit;
-use crate::names::attribute;
 use crate::record::SpanRecord;
 use crate::runlog::{RANK_DIR_PREFIX, TRACES_FILE};
 
@@ -136,7 +133,7 @@ fn read_traces(path: &Path, skipped: &mut Vec<String>) -> Result<Vec<RankSpans>,
                 if text.trim().is_empty() {
                     return Ok(None);
                 }
-                serde_json::from_str::<ExportTraceServiceRequest>(text)
+                serde_json::from_str::<Request<'_>>(text)
                     .map(Some)
                     .map_err(|e| e.to_string())
             });
@@ -153,16 +150,7 @@ fn read_traces(path: &Path, skipped: &mut Vec<String>) -> Result<Vec<RankSpans>,
             Err(why) => return Err(bad(why)),
         };
         for resource in &request.resource_spans {
-            let rank = resource.resource.as_ref().and_then(|r| {
-                r.attributes
-                    .iter()
-                    .find(|kv| kv.key == attribute::ML_RANK)
-                    .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
-                        Value::IntValue(v) => Some(v.to_string()),
-                        Value::StringValue(s) => Some(s.clone()),
-                        _ => None,
-                    })
-            });
+            let rank = resource.rank();
             let index = match ranks.iter().position(|r| r.rank == rank) {
                 Some(index) => index,
                 None => {
@@ -178,7 +166,7 @@ fn read_traces(path: &Path, skipped: &mut Vec<String>) -> Result<Vec<RankSpans>,
                     .scope_spans
                     .iter()
                     .flat_map(|s| &s.spans)
-                    .map(SpanRecord::from_otlp),
+                    .map(|span| span.record()),
             );
         }
     }
