@@ -17,15 +17,18 @@ import threading
 
 from . import _native
 from ._allocator import Allocator, PeakStack, TorchCudaAllocator
+from ._diff import Diff, diff
 from ._otel import load as _load_otel
 from ._report import Report, report
 
 __all__ = [
     "Allocator",
+    "Diff",
     "Report",
     "Span",
     "Telemetry",
     "TorchCudaAllocator",
+    "diff",
     "epoch",
     "init",
     "record_allocator",

@@ -2,7 +2,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from os import PathLike
 from types import TracebackType
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from ._report import Report as Report
 
@@ -127,3 +127,28 @@ def span(name: str, **attributes: object) -> Span: ...
 def record_allocator(allocated: int, reserved: int) -> None: ...
 def record_oom(message: str = ...) -> None: ...
 def report(run_dir: str | PathLike[str] | None = ...) -> Report: ...
+
+class Diff:
+    """Two runs compared (``gpuspan.diff``): the fields of ``gpuspan diff --json``."""
+
+    passed: bool
+    exit_code: int
+    base: dict[str, Any]
+    new: dict[str, Any]
+    rows: list[dict[str, Any]]
+    only_base: list[dict[str, Any]]
+    only_new: list[dict[str, Any]]
+    @property
+    def regressions(self) -> list[tuple[dict[str, Any], dict[str, Any]]]: ...
+    def to_dict(self) -> dict[str, Any]: ...
+    def table(self) -> str: ...
+    def markdown(self) -> str: ...
+    def __bool__(self) -> bool: ...
+    def _repr_html_(self) -> str: ...
+
+def diff(
+    base: str | PathLike[str],
+    new: str | PathLike[str],
+    max_increase: str | list[str] | None = ...,
+) -> Diff:
+    """Compares two runs as ``gpuspan diff BASE NEW`` does; ``ValueError`` on bad input."""

@@ -5,6 +5,7 @@
 use pyo3::prelude::*;
 
 mod cli;
+mod diff;
 mod report;
 mod settings;
 mod span;
@@ -19,6 +20,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(span::record_allocator, m)?)?;
     m.add_function(wrap_pyfunction!(span::record_oom, m)?)?;
     m.add_function(wrap_pyfunction!(report::read_run, m)?)?;
+    m.add_function(wrap_pyfunction!(diff::diff, m)?)?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(settings::check_settings, m)?)?;
     m.add_function(wrap_pyfunction!(settings::torch_phases, m)?)?;
