@@ -31,7 +31,6 @@ fn text(key: &str, value: &str) -> Value {
     json!({ "key": key, "value": { "stringValue": value } })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn span(name: &str, id: u64, parent: Option<u64>, start: u64, attributes: Vec<Value>) -> Value {
     json!({
         "traceId": format!("{:032x}", 0xabcd_u64),
@@ -77,7 +76,7 @@ fn write_run(dir: &Path, extra: i64) {
         text("service.name", "train"),
     ] });
     let mut batch = Vec::with_capacity(512);
-    let mut flush = |batch: &mut Vec<Value>, out: &mut std::io::BufWriter<std::fs::File>| {
+    let flush = |batch: &mut Vec<Value>, out: &mut std::io::BufWriter<std::fs::File>| {
         let line = json!({ "resourceSpans": [{ "resource": resource, "scopeSpans": [{
             "scope": { "name": "gpuspan", "version": "" }, "spans": batch }] }] });
         serde_json::to_writer(&mut *out, &line).unwrap();
