@@ -131,7 +131,7 @@ pub(crate) fn discover(sysfs: &Path, kfd: &[KfdNode]) -> Vec<Card> {
 }
 
 fn card(number: u32, dir: &Path, kfd: &[KfdNode]) -> Option<Card> {
-    let uevent = std::fs::read_to_string(dir.join("uevent")).ok()?;
+    let uevent = files::read_text(&dir.join("uevent")).ok()?;
     let driver = Driver::from_name(&files::uevent_value(&uevent, "DRIVER")?)?;
     let pdev = files::uevent_value(&uevent, "PCI_SLOT_NAME")?;
     let pci_id = files::uevent_value(&uevent, "PCI_ID").unwrap_or_default();

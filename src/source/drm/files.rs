@@ -2,7 +2,13 @@
 //! list. Absent is not zero: every reader says why a figure is missing.
 
 use std::io::{ErrorKind, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+/// The most read of one file. The kernel's files here are a few hundred bytes (an xe
+/// client's fdinfo with every engine, a few kilobytes); anything longer is not one of
+/// them, and is refused rather than read into memory.
+pub(crate) const MOST: usize = 64 * 1024;
 
 /// Why a file gave no figure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,12 +45,41 @@ impl Missing {
     }
 }
 
-/// Reads `path` into `buf` (cleared first); files here are a few hundred bytes.
+/// Reads `path` into `buf` (cleared first), at most [`MOST`] bytes. Only a regular file
+/// is read (the kernel's sysfs and procfs files are): a FIFO, a device such as
+/// `/dev/zero` or a socket put in the tree would block the sampler or fill its memory, so
+/// it is refused before it is opened, and opened without blocking in case it changed.
 pub(crate) fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), Missing> {
     buf.clear();
-    let mut file = std::fs::File::open(path).map_err(|e| Missing::from_io(&e))?;
-    file.read_to_end(buf).map_err(|e| Missing::from_io(&e))?;
+    let regular = |metadata: &std::fs::Metadata| {
+        if metadata.is_file() {
+            Ok(())
+        } else {
+            Err(Missing::Failed("not a regular file".to_owned()))
+        }
+    };
+    regular(&std::fs::metadata(path).map_err(|e| Missing::from_io(&e))?)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Missing::from_io(&e))?;
+    regular(&file.metadata().map_err(|e| Missing::from_io(&e))?)?;
+    file.take(MOST as u64 + 1)
+        .read_to_end(buf)
+        .map_err(|e| Missing::from_io(&e))?;
+    if buf.len() > MOST {
+        buf.clear();
+        return Err(Missing::Failed(format!("longer than {MOST} bytes")));
+    }
     Ok(())
+}
+
+/// A whole file's text, read as [`read_into`] reads.
+pub(crate) fn read_text(path: &Path) -> Result<String, Missing> {
+    let mut buf = Vec::new();
+    read_into(path, &mut buf)?;
+    String::from_utf8(buf).map_err(|_| Missing::Malformed)
 }
 
 /// A whole number alone in a file (`mem_info_vram_used`), decimal or `0x` hexadecimal.
@@ -66,7 +101,7 @@ pub(crate) fn parse_number(text: &str) -> Option<u64> {
 
 /// A file's text, trimmed; `None` when it cannot be read or is empty.
 pub(crate) fn text(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = read_text(path).ok()?;
     let text = text.trim();
     (!text.is_empty()).then(|| text.to_owned())
 }
@@ -124,5 +159,58 @@ mod tests {
         assert_eq!(number(&path, &mut buf), Err(Missing::Malformed));
         std::fs::write(&path, "4096\n").unwrap();
         assert_eq!(number(&path, &mut buf), Ok(4096));
+    }
+
+    /// Runs `read` on a thread and gives its answer, or fails when it takes seconds.
+    fn within_seconds<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> T {
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = send.send(read());
+        });
+        receive
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the read returns at once")
+    }
+
+    #[test]
+    fn a_fifo_planted_in_the_tree_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mem_info_vram_used");
+        let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: `c_path` is a valid NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let read = within_seconds(move || {
+            let mut buf = Vec::new();
+            (number(&path, &mut buf), text(&path))
+        });
+        assert!(
+            matches!(&read.0, Err(Missing::Failed(why)) if why.contains("regular")),
+            "{read:?}"
+        );
+        assert_eq!(read.1, None);
+    }
+
+    #[test]
+    fn a_huge_file_is_refused_after_a_bounded_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("5");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(256 << 20).unwrap();
+        let mut buf = Vec::new();
+        let read = read_into(&path, &mut buf);
+        assert!(
+            matches!(&read, Err(Missing::Failed(why)) if why.contains("longer")),
+            "{read:?}"
+        );
+        assert!(buf.capacity() < 1 << 20, "{} bytes held", buf.capacity());
+    }
+
+    #[test]
+    fn dev_zero_linked_into_the_tree_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("uevent");
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let read = within_seconds(move || read_text(&path));
+        assert!(matches!(&read, Err(Missing::Failed(_))), "{read:?}");
     }
 }

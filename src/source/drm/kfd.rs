@@ -35,7 +35,7 @@ pub(crate) fn nodes(sysfs: &Path) -> Vec<KfdNode> {
             if gpu_id == 0 {
                 return None;
             }
-            let properties = std::fs::read_to_string(entry.path().join("properties")).ok()?;
+            let properties = files::read_text(&entry.path().join("properties")).ok()?;
             let location = files::property(&properties, "location_id")?;
             let domain = files::property(&properties, "domain").unwrap_or(0);
             Some(KfdNode {
@@ -55,7 +55,7 @@ pub(crate) fn nodes(sysfs: &Path) -> Vec<KfdNode> {
 fn banks(dir: &Path) -> Option<u64> {
     let mut total = None;
     for entry in std::fs::read_dir(dir).ok()?.filter_map(Result::ok) {
-        let Ok(properties) = std::fs::read_to_string(entry.path().join("properties")) else {
+        let Ok(properties) = files::read_text(&entry.path().join("properties")) else {
             continue;
         };
         if let Some(size) = files::property(&properties, "size_in_bytes") {
