@@ -80,9 +80,10 @@ impl Visible {
         Ok(Self(entries))
     }
 
-    /// The devices of `devices` this list keeps, in the list's order.
+    /// The devices of `devices` this list keeps, in the list's order; a device the list
+    /// names twice (`0,0`, or by position and by UUID) is kept once.
     fn narrow<T: Clone>(&self, devices: &[T], uuid: impl Fn(&T) -> &str) -> Vec<T> {
-        let mut kept = Vec::new();
+        let mut kept: Vec<T> = Vec::new();
         for entry in &self.0 {
             let found = match entry {
                 Entry::Position(p) => devices.get(*p),
@@ -91,7 +92,9 @@ impl Visible {
                     .find(|d| uuid(d).to_ascii_lowercase().starts_with(prefix.as_str())),
             };
             if let Some(device) = found {
-                kept.push(device.clone());
+                if !kept.iter().any(|k| uuid(k) == uuid(device)) {
+                    kept.push(device.clone());
+                }
             }
         }
         kept
@@ -219,6 +222,26 @@ mod tests {
             [("a".to_owned(), 0), ("y".to_owned(), 2)]
         );
         assert!(Visible::parse_ze("one").is_err());
+    }
+
+    #[test]
+    fn a_device_named_twice_is_measured_once() {
+        let scope = DrmScope {
+            amd: vec![Visible::parse("1,1,GPU-b,0").unwrap()],
+            ..DrmScope::default()
+        };
+        assert_eq!(
+            picked(&scope, &["a", "b"], &[]),
+            [("b".to_owned(), 1), ("a".to_owned(), 0)]
+        );
+        let hip_after_rocr = DrmScope {
+            amd: vec![
+                Visible::parse("0,1").unwrap(),
+                Visible::parse("0,0").unwrap(),
+            ],
+            ..DrmScope::default()
+        };
+        assert_eq!(picked(&hip_after_rocr, &["a", "b"], &[]).len(), 1);
     }
 
     #[test]
