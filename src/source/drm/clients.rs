@@ -137,7 +137,8 @@ impl Clients {
             own_complete: true,
             ..Usage::default()
         };
-        let mut seen: HashSet<(String, u64)> = HashSet::new();
+        let mut seen_own: HashSet<(String, u64)> = HashSet::new();
+        let mut seen_all: HashSet<(String, u64)> = HashSet::new();
         let mut gone = Vec::new();
         let mut pids: Vec<u32> = self.known.keys().copied().collect();
         pids.sort_unstable();
@@ -164,19 +165,21 @@ impl Clients {
                 let Some(pdev) = client.pdev.clone() else {
                     continue;
                 };
-                if let Some(id) = client.client_id {
-                    if !seen.insert((pdev.clone(), id)) {
-                        continue;
-                    }
-                }
+                // A client shared with another process (an fd passed on, or kept over a
+                // fork) is counted once in the device's sum, and still in this process's
+                // own figure whichever process was read first.
+                let first = |seen: &mut HashSet<(String, u64)>| match client.client_id {
+                    Some(id) => seen.insert((pdev.clone(), id)),
+                    None => true,
+                };
                 let split = client.split();
-                if split.device.is_none() && pid == self.pid {
-                    self.notice(Notice::NoDeviceRegion(path));
-                }
-                if pid == self.pid {
+                if pid == self.pid && first(&mut seen_own) {
+                    if split.device.is_none() {
+                        self.notice(Notice::NoDeviceRegion(path));
+                    }
                     add(&mut usage.own, &pdev, split);
                 }
-                if self.whose == Whose::All {
+                if self.whose == Whose::All && first(&mut seen_all) {
                     add(&mut usage.all, &pdev, split);
                 }
             }
@@ -314,6 +317,39 @@ fn add(usages: &mut Vec<DeviceUsage>, pdev: &str, split: Split) {
         if let Some(bytes) = bytes {
             *slot = Some(slot.unwrap_or(0).saturating_add(bytes));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn client(procfs: &Path, pid: u32, fd: u32, id: u64) {
+        let dir = procfs.join(format!("{pid}/fdinfo"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(fd.to_string()),
+            format!(
+                "drm-driver:\txe\ndrm-pdev:\t0000:4d:00.0\ndrm-client-id:\t{id}\n\
+                 drm-resident-vram0:\t1 MiB\n"
+            ),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_client_shared_with_a_process_read_first_is_still_this_process_s() {
+        let dir = tempfile::tempdir().unwrap();
+        // The same client in a parent (read first, a lower pid) and in this process.
+        client(dir.path(), 50, 4, 9);
+        client(dir.path(), 100, 7, 9);
+        client(dir.path(), 100, 8, 10);
+        let mut clients = Clients::new(dir.path(), 100, Whose::All);
+        let usage = clients.read(Instant::now());
+        assert_eq!(usage.own_device("0000:4d:00.0"), Some(2 * MIB));
+        assert_eq!(usage.all_device("0000:4d:00.0"), Some(2 * MIB));
     }
 }
 
