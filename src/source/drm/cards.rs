@@ -83,10 +83,18 @@ impl Card {
         if self.driver != Driver::Amdgpu || mine.len() < 2 {
             return vec![self];
         }
+        // A kernel that gives every partition the GPU's own unique_id leaves it no use for
+        // telling them apart: `hw.id` is then the slot and the partition, one per device.
+        let own_id = |node: &KfdNode| {
+            node.unique_id
+                .filter(|id| mine.iter().filter(|n| n.unique_id == Some(*id)).count() == 1)
+        };
+        let ids: Vec<Option<u64>> = mine.iter().map(|node| own_id(node)).collect();
         mine.into_iter()
+            .zip(ids)
             .zip(0u32..)
-            .map(|(node, partition)| Card {
-                uuid: match node.unique_id {
+            .map(|((node, id), partition)| Card {
+                uuid: match id {
                     Some(id) => format!("GPU-{id:016x}"),
                     None => format!("{}-partition{partition}", self.pdev),
                 },

@@ -290,6 +290,38 @@ fn each_compute_partition_is_a_device_of_its_own_read_through_kfd() {
 }
 
 #[test]
+fn partitions_that_share_the_gpu_s_unique_id_are_still_one_device_each() {
+    let tree = Tree::of("mi300x-four-compute-partitions");
+    for node in 1..=4 {
+        let path = tree.path(&format!(
+            "sys/class/kfd/kfd/topology/nodes/{node}/properties"
+        ));
+        let properties = std::fs::read_to_string(&path).unwrap();
+        let shared = properties
+            .lines()
+            .map(|line| match line.starts_with("unique_id ") {
+                true => "unique_id 1001".to_owned(),
+                false => line.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(&path, shared).unwrap();
+    }
+    let source = tree.open();
+    let devices: Vec<_> = source
+        .devices()
+        .iter()
+        .map(|d| (d.index, d.uuid.clone()))
+        .collect();
+    assert_eq!(
+        devices,
+        (0..4u32)
+            .map(|p| (p, format!("0000:0c:00.0-partition{p}")))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
 fn a_rank_picks_its_own_partition() {
     let tree = Tree::of("mi300x-four-compute-partitions");
     let scope = DrmScope {
