@@ -157,9 +157,10 @@ impl Clients {
                         continue;
                     }
                 };
-                // Closed, or reused for something else: look again at the next read.
+                // Closed, or reused for something else: that fd is dropped, the process's
+                // other clients still count, and its fds are looked through again.
                 let Some(client) = client else {
-                    gone.push(pid);
+                    gone.push((pid, fd));
                     continue;
                 };
                 let Some(pdev) = client.pdev.clone() else {
@@ -184,8 +185,13 @@ impl Clients {
                 }
             }
         }
-        for pid in gone {
-            self.known.remove(&pid);
+        for (pid, fd) in gone {
+            if let Some(fds) = self.known.get_mut(&pid) {
+                fds.retain(|known| *known != fd);
+                if fds.is_empty() {
+                    self.known.remove(&pid);
+                }
+            }
             if !self.pending.contains(&pid) {
                 self.pending.push(pid);
             }
@@ -350,6 +356,26 @@ mod tests {
         let usage = clients.read(Instant::now());
         assert_eq!(usage.own_device("0000:4d:00.0"), Some(2 * MIB));
         assert_eq!(usage.all_device("0000:4d:00.0"), Some(2 * MIB));
+    }
+
+    #[test]
+    fn closing_one_client_leaves_the_process_s_other_clients_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        client(dir.path(), 1, 3, 1);
+        client(dir.path(), 1, 4, 2);
+        // Many other processes, so a round of looking through fds takes several reads.
+        for pid in 2..100 {
+            std::fs::create_dir_all(dir.path().join(format!("{pid}/fdinfo"))).unwrap();
+        }
+        let mut clients = Clients::new(dir.path(), 1, Whose::All);
+        let now = Instant::now();
+        assert_eq!(clients.read(now).own_device("0000:4d:00.0"), Some(2 * MIB));
+        std::fs::remove_file(dir.path().join("1/fdinfo/3")).unwrap();
+        for _ in 0..4 {
+            let usage = clients.read(now);
+            assert_eq!(usage.own_device("0000:4d:00.0"), Some(MIB));
+            assert_eq!(usage.all_device("0000:4d:00.0"), Some(MIB));
+        }
     }
 }
 
