@@ -64,13 +64,16 @@ impl Visible {
             if entry.is_empty() {
                 continue;
             }
-            let device = entry.split('.').next().unwrap_or(entry);
-            match device.parse() {
-                Ok(position) if !entries.contains(&Entry::Position(position)) => {
+            let mut parts = entry.split('.');
+            let device = parts.next().and_then(|d| d.parse().ok());
+            // `0.abc` or `0.` is no sub-device: refused as `abc` would be, not taken as `0`.
+            let sub_devices = parts.all(|p| p.parse::<usize>().is_ok());
+            match (device, sub_devices) {
+                (Some(position), true) if !entries.contains(&Entry::Position(position)) => {
                     entries.push(Entry::Position(position));
                 }
-                Ok(_) => {}
-                Err(_) => {
+                (Some(_), true) => {}
+                _ => {
                     return Err(DeviceScopeError {
                         entry: entry.to_owned(),
                     })
@@ -222,6 +225,10 @@ mod tests {
             [("a".to_owned(), 0), ("y".to_owned(), 2)]
         );
         assert!(Visible::parse_ze("one").is_err());
+        for bad in ["0.1,abc", "0.abc", "0.", "1.-1", ".1"] {
+            let err = Visible::parse_ze(bad).unwrap_err().to_string();
+            assert!(err.contains('\''), "{bad}: {err}");
+        }
     }
 
     #[test]
