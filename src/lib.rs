@@ -44,28 +44,37 @@
 //! [`record_oom`]) with a timeline file in the run directory, and the batch-size fit
 //! ([`Telemetry::batch_fit`]). All of it is computed off the training thread.
 //!
+//! # Modules
+//! - [`source`]: the [`MemorySource`](source::MemorySource) trait and what it reads, for a
+//!   memory source of your own ([`Builder::memory_source`]).
+//! - [`names`]: every span, attribute, event and metric name gpuspan writes, for queries
+//!   and dashboards.
+//! - [`stats`]: what gpuspan measured of itself: export counts, the sampler's cadence, the
+//!   driver's accounting.
+//! - [`runlog`]: a run directory read back: the spans, the per-epoch table, a job's ranks
+//!   and the timeline.
+//! - `pipeline` (feature `pipeline`): the export queue and the sampler's ticks, for
+//!   collectors of other programs' spans such as `gpuspan collect`.
+//!
+//! The `gpuspan` command (`run`, `collect`, `report`, `diff`, `watch`, `selftest`) is the
+//! `gpuspan-cli` crate (`cargo install --path cli` from a clone of the repository).
+//!
 //! # Feature flags
 //! - `nvml` (default): read GPU memory through NVML (`nvml-wrapper`, loaded at run time).
 //! - `otlp-grpc` (default): OTLP over gRPC.
 //! - `otlp-http` (default): OTLP over HTTP/protobuf.
 //! - `prometheus` (default): the optional Prometheus scrape endpoint.
-//! - `png`: `report::png` rasterizes the report picture (resvg).
-//! - `cli`: the `gpuspan` command (`report`, `watch`); includes `png`.
-//! - `collect`: the `collect` module, the OTLP receiver behind `gpuspan collect` and
-//!   `gpuspan run` (implies `cli`).
+//! - `pipeline`: the `pipeline` module (implies `otlp-grpc` and `otlp-http`).
 
 #![warn(missing_docs, unreachable_pub, clippy::undocumented_unsafe_blocks)]
+// What `pipeline` re-exports is public for collectors; without the feature those items are
+// the crate's own.
+#![cfg_attr(not(feature = "pipeline"), allow(unreachable_pub))]
 
 mod background;
-#[cfg(feature = "cli")]
-pub mod cli;
-#[cfg(feature = "collect")]
-pub mod collect;
 mod config;
 mod destinations;
 mod diagnose;
-#[cfg(feature = "cli")]
-pub mod diff;
 mod error;
 mod export;
 mod figures;
@@ -73,16 +82,16 @@ mod layer;
 mod macros;
 mod metrics;
 pub mod names;
+#[cfg(feature = "pipeline")]
+pub mod pipeline;
 mod record;
-pub mod report;
 mod resource;
 pub mod runlog;
 mod sampler;
-#[cfg(all(feature = "cli", feature = "nvml"))]
-mod selftest;
 mod signals;
-mod source;
+pub mod source;
 mod span;
+pub mod stats;
 mod telemetry;
 mod timeline;
 mod util;
@@ -92,9 +101,6 @@ pub use macros::__private;
 #[cfg(feature = "__bench")]
 #[doc(hidden)]
 pub use source::drm::__private as __drm;
-#[cfg(feature = "__bench")]
-#[doc(hidden)]
-pub use timeline::__private as __timeline;
 
 pub use config::{Compression, Exporter, InvalidValue, Protocol, DEFAULT_SAMPLE_INTERVAL};
 
@@ -113,12 +119,7 @@ pub mod settings {
 }
 pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
-pub use export::health::{ExportCounts, ExportTally};
 pub use layer::record_allocator;
 pub use record::GpuId;
-pub use sampler::{DriverCheck, SamplerStats};
-pub use source::{
-    Device, DeviceReading, DeviceScope, DeviceScopeError, DriverPeak, MemorySource, ProcessLister,
-};
 pub use span::{MemorySpan, SpanMemory};
 pub use telemetry::{init, Builder, DeviceMemory, Telemetry};

@@ -7,5 +7,5 @@ use pyo3::prelude::*;
 #[pyfunction]
 pub(crate) fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
     // `watch` and `run` last until they end: let other Python threads run meanwhile.
-    i32::from(py.detach(|| gpuspan::cli::exit_status(argv)))
+    i32::from(py.detach(|| gpuspan_cli::cli::exit_status(argv)))
 }

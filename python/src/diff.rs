@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use gpuspan::diff::{Diff, MaxIncrease};
+use gpuspan_cli::diff::{Diff, MaxIncrease};
 
 /// The outcome: `(json, table, markdown, html, exit status)`.
 type Outcome = (String, String, String, String, u8);

@@ -20,7 +20,7 @@ pub(crate) fn read_run<'py>(
     py: Python<'py>,
     dir: PathBuf,
 ) -> PyResult<(Vec<Run<'py>>, Option<Bound<'py, PyDict>>)> {
-    let runs = gpuspan::cli::runs_in(&dir).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let runs = gpuspan_cli::cli::runs_in(&dir).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let (summaries, table) = gpuspan::runlog::ranks::read_job(&runs)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let mut out = Vec::with_capacity(runs.len());

@@ -12,7 +12,7 @@ use crate::config::error::SettingError;
 /// Where one signal goes, fully resolved: the [`Exporter`] chosen, with the data it needs.
 /// `crate::destinations` matches it once for everything built from it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Destination {
+pub enum Destination {
     /// OTLP, with this signal's endpoint and options.
     Otlp(OtlpTarget),
     /// OTLP/JSON lines on standard output.
@@ -35,7 +35,7 @@ impl Destination {
 
 /// An OTLP endpoint for one signal, with everything the exporter sends.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct OtlpTarget {
+pub struct OtlpTarget {
     /// Full URL: for HTTP it includes `/v1/traces` or `/v1/metrics`.
     pub(crate) endpoint: String,
     pub(crate) protocol: Protocol,

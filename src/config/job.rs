@@ -79,7 +79,8 @@ pub(crate) fn job(code: Option<&str>, env: Env<'_>) -> Option<Job> {
 
 /// `GPUSPAN_JOB_ID` of this process as a job reads it: `None` when unset, blank or `none`
 /// (`gpuspan run` then sets it for its command).
-pub(crate) fn job_id_variable() -> Option<String> {
+#[cfg_attr(not(feature = "pipeline"), allow(dead_code))]
+pub fn job_id_variable() -> Option<String> {
     Env::process()
         .raw(GPUSPAN_JOB_ID)
         .as_deref()

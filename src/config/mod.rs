@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::error::InitError;
 use crate::source::drm::{DrmScope, Roots};
 use crate::source::DeviceScope;
-pub(crate) use destination::{Destination, OtlpTarget};
+pub use destination::{Destination, OtlpTarget};
 pub use error::InvalidValue;
 pub use kinds::{Compression, Exporter, Protocol};
 use layered::{first_var, layered, resolved, Env};
@@ -41,20 +41,25 @@ pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Values set in code through the builder; `None` falls back to the environment.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct CodeSettings {
+pub struct CodeSettings {
     pub(crate) disabled: Option<bool>,
     pub(crate) service_name: Option<String>,
     pub(crate) resource: Vec<(String, String)>,
-    pub(crate) sample_interval: Option<Duration>,
-    pub(crate) nvml_lib: Option<PathBuf>,
+    /// Time between two readings of every device.
+    pub sample_interval: Option<Duration>,
+    /// Where NVML is loaded from.
+    pub nvml_lib: Option<PathBuf>,
     pub(crate) devices: Option<String>,
     pub(crate) sysfs_root: Option<PathBuf>,
     pub(crate) procfs_root: Option<PathBuf>,
-    pub(crate) run_dir: Option<PathBuf>,
+    /// The root of the run directories.
+    pub run_dir: Option<PathBuf>,
     pub(crate) run_id: Option<String>,
     pub(crate) job_id: Option<String>,
-    pub(crate) endpoint: Option<String>,
-    pub(crate) protocol: Option<Protocol>,
+    /// The OTLP endpoint, for both signals.
+    pub endpoint: Option<String>,
+    /// The OTLP protocol, for both signals.
+    pub protocol: Option<Protocol>,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) compression: Option<Compression>,
@@ -66,7 +71,7 @@ pub(crate) struct CodeSettings {
     pub(crate) summary: Option<bool>,
     pub(crate) flush_on_signal: Option<bool>,
     /// Measure every device of the node even in a rank's environment (the collector).
-    pub(crate) whole_node: bool,
+    pub whole_node: bool,
 }
 
 /// Launcher-provided position of this process in a distributed run.
@@ -81,28 +86,36 @@ pub(crate) struct Rank {
 
 /// Every setting, resolved.
 #[derive(Debug, Clone)]
-pub(crate) struct Settings {
+pub struct Settings {
     pub(crate) disabled: bool,
     pub(crate) service_name: String,
     pub(crate) resource: Vec<(String, String)>,
-    pub(crate) sample_interval: Duration,
+    /// Time between two readings of every device.
+    pub sample_interval: Duration,
+    /// Where NVML is loaded from (`None`: the system's).
     #[cfg_attr(not(feature = "nvml"), allow(dead_code))]
-    pub(crate) nvml_lib: Option<PathBuf>,
-    pub(crate) devices: DeviceScope,
+    /// Where NVML is loaded from (`None`: the system's).
+    pub nvml_lib: Option<PathBuf>,
+    /// The devices in scope.
+    pub devices: DeviceScope,
     /// The AMD and Intel devices in scope.
     pub(crate) drm_devices: DrmScope,
     /// Where the kernel's files are read for AMD and Intel GPUs.
     pub(crate) roots: Roots,
     /// Where `nvidia-smi` is looked for (`PATH`).
     pub(crate) search_path: Option<OsString>,
-    pub(crate) run_root: PathBuf,
-    pub(crate) run_id: String,
+    /// The root of the run directories (`gpuspan-runs`).
+    pub run_root: PathBuf,
+    /// The run id, the name of the run's directory.
+    pub run_id: String,
     /// The run id is this process's own (date, time and pid): no other rank shares its
     /// directory.
     pub(crate) run_id_is_own: bool,
     pub(crate) rank: Rank,
-    pub(crate) traces: Destination,
-    pub(crate) metrics: Destination,
+    /// Where spans go.
+    pub traces: Destination,
+    /// Where metric points go.
+    pub metrics: Destination,
     pub(crate) metric_interval: Duration,
     pub(crate) prometheus_addr: Option<SocketAddr>,
     /// Completed spans that may wait for the destination.
@@ -122,9 +135,23 @@ pub(crate) const DEFAULT_EXPORT_QUEUE: usize = 65_536;
 pub const RANK_DIR_PREFIX: &str = "rank-";
 
 impl Settings {
+    /// These settings for a collector's own telemetry: its gauges under `service_name`, no
+    /// spans of its own (the spans it receives are forwarded, not its own), no summary, and
+    /// no flush on a signal. Give them to [`Builder::build_resolved`](crate::Builder::build_resolved).
+    #[must_use]
+    pub fn for_collectors_own(&self, service_name: String) -> Settings {
+        Settings {
+            service_name,
+            traces: Destination::None,
+            summary: false,
+            flush_on_signal: false,
+            ..self.clone()
+        }
+    }
+
     /// The run directory: `<root>/<run-id>`, with one sub-directory per rank when the
     /// launcher says there are several.
-    pub(crate) fn run_dir(&self) -> PathBuf {
+    pub fn run_dir(&self) -> PathBuf {
         let dir = self.run_root.join(&self.run_id);
         match (self.rank.rank, self.rank.world_size) {
             (Some(rank), Some(world)) if world > 1 => dir.join(format!("{RANK_DIR_PREFIX}{rank}")),
@@ -143,8 +170,8 @@ fn run_root(code: Option<PathBuf>, env: Env<'_>) -> Result<PathBuf, InitError> {
 }
 
 /// `OTEL_SERVICE_NAME`, for a command `gpuspan run` starts: the name it gets unless set.
-#[cfg_attr(not(feature = "collect"), allow(dead_code))]
-pub(crate) fn service_name_variable() -> Option<String> {
+#[cfg_attr(not(feature = "pipeline"), allow(dead_code))]
+pub fn service_name_variable() -> Option<String> {
     layered(&table::SERVICE_NAME, None, None, Env::process())
         .ok()
         .flatten()
@@ -152,7 +179,7 @@ pub(crate) fn service_name_variable() -> Option<String> {
 }
 
 /// Resolves every setting from code, then environment, then defaults.
-pub(crate) fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
+pub fn resolve(code: &CodeSettings) -> Result<Settings, InitError> {
     resolve_in(code, Env::process())
 }
 

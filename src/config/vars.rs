@@ -74,7 +74,7 @@ pub(crate) const OMPI_MCA_ORTE_PRECONDITION_TRANSPORTS: &str =
 pub(crate) const PMIX_NAMESPACE: &str = "PMIX_NAMESPACE";
 pub(crate) const PMI_KVSNAME: &str = "PMI_KVSNAME";
 /// The job id every rank shares when no launcher gives one (`gpuspan run` sets it).
-pub(crate) const GPUSPAN_JOB_ID: &str = "GPUSPAN_JOB_ID";
+pub const GPUSPAN_JOB_ID: &str = "GPUSPAN_JOB_ID";
 /// Serve a Prometheus scrape endpoint.
 pub(crate) const GPUSPAN_PROMETHEUS_ADDR: &str = "GPUSPAN_PROMETHEUS_ADDR";
 /// How many completed spans may wait for the destination (an outage's buffer).

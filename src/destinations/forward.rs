@@ -14,7 +14,7 @@ use crate::export::otlp::request::{RequestClient, RequestError};
 
 /// Where one signal's requests go.
 #[derive(Debug)]
-pub(crate) enum ForwardTarget {
+pub enum ForwardTarget {
     /// Dropped on purpose, and counted as delivered.
     Nowhere,
     /// One OTLP/JSON line each.
@@ -25,13 +25,17 @@ pub(crate) enum ForwardTarget {
 
 /// Why a forward target could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum OpenError {
+pub enum OpenError {
+    /// The signal's file cannot be opened.
     #[error("cannot open {path}: {source}")]
     File {
+        /// The file.
         path: PathBuf,
         #[source]
+        /// Why.
         source: std::io::Error,
     },
+    /// The OTLP client cannot be built.
     #[error(transparent)]
     Otlp(#[from] RequestError),
 }
@@ -39,7 +43,7 @@ pub(crate) enum OpenError {
 /// An OTLP/JSON lines file, or standard output. Not the SDK's run-directory writer: each
 /// line goes out in a single `write`, so lines from another writer of the same file (the
 /// collector's own gauges, through the SDK) never interleave with it.
-pub(crate) struct LineFile(Mutex<Box<dyn Write + Send>>);
+pub struct LineFile(Mutex<Box<dyn Write + Send>>);
 
 impl std::fmt::Debug for LineFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -64,7 +68,11 @@ impl LineFile {
         Self(Mutex::new(Box::new(std::io::stdout())))
     }
 
-    pub(crate) fn write(&self, value: &impl serde::Serialize) -> std::io::Result<()> {
+    /// Writes `value` as one OTLP/JSON line, in a single `write`.
+    ///
+    /// # Errors
+    /// The value cannot be serialized or the line cannot be written.
+    pub fn write(&self, value: &impl serde::Serialize) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(value)?;
         line.push(b'\n');
         let mut out = self.0.lock().unwrap_or_else(|p| p.into_inner());

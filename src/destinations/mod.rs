@@ -9,7 +9,7 @@
 //!
 //! [`Exporter`]: crate::Exporter
 
-#[cfg(feature = "collect")]
+#[cfg(feature = "pipeline")]
 mod forward;
 mod pipes;
 
@@ -28,15 +28,13 @@ use crate::export::queue::Transport;
 use crate::export::spans::QueueProcessor;
 use crate::runlog;
 
-#[cfg(feature = "collect")]
-use forward::LineFile;
-#[cfg(feature = "collect")]
-pub(crate) use forward::{ForwardTarget, OpenError};
+#[cfg(feature = "pipeline")]
+pub use forward::{ForwardTarget, LineFile, OpenError};
 pub(crate) use pipes::{Pipes, SpanQueue};
 
 /// Where `destination` sends, for people: `gpuspan collect`'s banner and the export
 /// report. `run_dir` is the run directory in use, if any.
-pub(crate) fn describe(destination: &Destination, run_dir: Option<&Path>) -> String {
+pub fn describe(destination: &Destination, run_dir: Option<&Path>) -> String {
     match destination {
         Destination::None => "nowhere (OTEL_TRACES_EXPORTER=none)".into(),
         Destination::Console => "standard output".into(),
@@ -110,8 +108,11 @@ impl Pipes<'_> {
 
 /// Where `gpuspan collect` forwards one signal's requests: `file` is that signal's file in
 /// the run directory, and a remote target sends on `runtime`.
-#[cfg(feature = "collect")]
-pub(crate) fn forward(
+///
+/// # Errors
+/// The destination's file cannot be opened, or its OTLP client cannot be built.
+#[cfg(feature = "pipeline")]
+pub fn forward(
     destination: &Destination,
     run_dir: Option<&Path>,
     file: &str,

@@ -66,7 +66,7 @@ pub(crate) struct Findings {
 
 /// File in the run directory that keeps every device's total and budget, so that
 /// `gpuspan report` fits the batch size to what the run fitted it to.
-pub(crate) const LIMITS_FILE: &str = "limits.json";
+pub const LIMITS_FILE: &str = "limits.json";
 
 /// One device's total and budget in bytes.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 /// Counts of one signal's exporter.
 #[derive(Debug)]
-pub(crate) struct ExportHealth {
+pub struct ExportHealth {
     /// Where the signal goes, for messages (`http://collector:4318/v1/traces`).
     pub(crate) destination: String,
     /// What one item is (`span`, `metric point`).
@@ -97,7 +97,8 @@ impl ExportTally {
 }
 
 impl ExportHealth {
-    pub(crate) fn new(destination: String, item: &'static str) -> Self {
+    /// Counts for a queue sending to `destination` (for people), counting items called `item`.
+    pub fn new(destination: String, item: &'static str) -> Self {
         Self {
             destination,
             item,
@@ -190,7 +191,8 @@ impl ExportHealth {
         self.item
     }
 
-    pub(crate) fn counts(&self) -> ExportCounts {
+    /// What was produced, delivered and lost so far.
+    pub fn counts(&self) -> ExportCounts {
         ExportCounts {
             produced: self.produced.load(Ordering::Relaxed),
             delivered: self.delivered.load(Ordering::Relaxed),

@@ -36,16 +36,17 @@ use super::sink::Sink;
 
 /// Queue sizes and timings.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct QueueConfig {
+pub struct QueueConfig {
     /// Items that may wait for the destination, in the channel and in the buffer together.
-    pub(crate) capacity: usize,
+    pub capacity: usize,
     /// Items per export request.
-    pub(crate) batch: usize,
+    pub batch: usize,
     /// Longest wait before a partial batch is sent.
-    pub(crate) delay: Duration,
+    pub delay: Duration,
     /// First retry delay; doubles up to `max_backoff`.
-    pub(crate) backoff: Duration,
-    pub(crate) max_backoff: Duration,
+    pub backoff: Duration,
+    /// The longest retry delay.
+    pub max_backoff: Duration,
 }
 
 impl Default for QueueConfig {
@@ -68,7 +69,7 @@ pub(crate) fn most_in_flight(config: &QueueConfig) -> usize {
 }
 
 /// How the queue drives its sink.
-pub(crate) enum Transport<S> {
+pub enum Transport<S> {
     /// Sends on the runtime, so the queue's thread keeps taking items while it waits;
     /// failures are retried.
     Remote(Arc<S>, tokio::runtime::Handle),
@@ -79,7 +80,7 @@ pub(crate) enum Transport<S> {
 
 impl<S> Transport<S> {
     /// The same transport around another sink, made from this one's (shared) sink.
-    pub(crate) fn map<T>(self, wrap: impl FnOnce(Arc<S>) -> T) -> Transport<T> {
+    pub fn map<T>(self, wrap: impl FnOnce(Arc<S>) -> T) -> Transport<T> {
         match self {
             Self::Remote(sink, runtime) => Transport::Remote(Arc::new(wrap(sink)), runtime),
             Self::Local(sink) => Transport::Local(wrap(Arc::new(sink))),
@@ -88,7 +89,7 @@ impl<S> Transport<S> {
 }
 
 /// What the queue's thread does with a pushed value before it waits for the sink.
-pub(crate) trait Accept: Send + 'static {
+pub trait Accept: Send + 'static {
     /// What producers push.
     type Input: Send + 'static;
     /// What travels with it (the SDK: a span's memory figures), as a second field of the
@@ -118,7 +119,7 @@ pub(super) enum Message<I, X> {
 
 /// The producers' side of a queue.
 #[derive(Debug)]
-pub(crate) struct Queue<I, X = ()> {
+pub struct Queue<I, X = ()> {
     sender: mpsc::Sender<Message<I, X>>,
     /// The queue's thread, woken for a full batch or a request; it wakes by itself for a
     /// partial batch, so most items cost the producer no system call.
@@ -139,7 +140,7 @@ pub(crate) struct Queue<I, X = ()> {
 
 impl<I: Send + 'static, X: Send + 'static> Queue<I, X> {
     /// Starts the queue's thread, `name`.
-    pub(crate) fn start<A, S>(
+    pub fn start<A, S>(
         name: &str,
         sink: Transport<S>,
         accept: A,
@@ -195,7 +196,7 @@ impl<I, X> Queue<I, X> {
     /// the queue is full or shut down. Never blocks, never writes. Inlined into the
     /// producer, so the item is moved into the channel's message without another copy.
     #[inline(always)]
-    pub(crate) fn push(&self, item: I, extra: X, units: u64) {
+    pub fn push(&self, item: I, extra: X, units: u64) {
         self.health.produced(units);
         if self.closed.load(Ordering::Relaxed) {
             self.health
@@ -233,7 +234,7 @@ impl<I, X> Queue<I, X> {
     }
 
     /// Delivers what it can within `timeout`, counts the rest lost and stops the thread.
-    pub(crate) fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
+    pub fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
         if self.closed.swap(true, Ordering::Relaxed) {
             return Err(OTelSdkError::AlreadyShutdown);
         }
@@ -248,7 +249,7 @@ impl<I, X> Queue<I, X> {
 
     /// Asks for a shutdown within `timeout` and does not wait for it (from async code that
     /// cannot block).
-    pub(crate) fn close(&self, timeout: Duration) {
+    pub fn close(&self, timeout: Duration) {
         if !self.closed.swap(true, Ordering::Relaxed) {
             let (reply, _) = mpsc::sync_channel(1);
             self.send(Message::Shutdown(reply, timeout));
@@ -296,7 +297,7 @@ impl<I, X> Drop for Queue<I, X> {
 
 /// The items pushed but not yet accepted, and a way to have them taken now.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Backlog {
+pub struct Backlog {
     queued: Arc<AtomicUsize>,
     worker: Option<std::thread::Thread>,
 }

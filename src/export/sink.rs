@@ -13,7 +13,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
 
 /// A destination for a queue's batches.
-pub(crate) trait Sink: Send + Sync + 'static {
+pub trait Sink: Send + Sync + 'static {
     /// What waits in the queue and is sent.
     type Item: Send + Sync + 'static;
 
@@ -47,17 +47,18 @@ pub(crate) trait Sink: Send + Sync + 'static {
 
 /// Part of a batch the destination did not accept.
 #[derive(Debug)]
-pub(crate) struct Undelivered {
+pub struct Undelivered {
     /// The first `delivered` items were accepted; the rest were not.
-    pub(crate) delivered: usize,
+    pub delivered: usize,
     /// The rest may be sent again (an outage, a timeout); else they are counted lost.
-    pub(crate) retry: bool,
-    pub(crate) error: SinkError,
+    pub retry: bool,
+    /// Why they were not.
+    pub error: SinkError,
 }
 
 impl Undelivered {
     /// Nothing was accepted; the batch may be sent again.
-    pub(crate) fn retry(error: impl Into<SinkError>) -> Self {
+    pub fn retry(error: impl Into<SinkError>) -> Self {
         Self {
             delivered: 0,
             retry: true,
@@ -68,12 +69,12 @@ impl Undelivered {
 
 /// Why a sink did not deliver.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum SinkError {
+pub enum SinkError {
     /// The OpenTelemetry exporter failed.
     #[error(transparent)]
     Exporter(#[from] OTelSdkError),
     /// A forwarded request was not accepted.
-    #[cfg(feature = "collect")]
+    #[cfg(feature = "pipeline")]
     #[error(transparent)]
     Request(#[from] super::otlp::request::RequestError),
     /// A line could not be written (a file in the run directory, standard output).

@@ -10,8 +10,10 @@ use crate::names::attribute as attr;
 
 /// A figure's value on the wire: byte counts are integers, ratios floats.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Number {
+pub enum Number {
+    /// A byte count or a count.
     Int(i64),
+    /// A ratio.
     Float(f64),
 }
 

@@ -13,10 +13,12 @@ mod columns;
 mod read;
 mod reading;
 
+pub use columns::Number;
 use columns::Slot;
-pub(crate) use columns::{Number, TRACED};
+pub(crate) use columns::TRACED;
 pub(crate) use read::RecordBuilder;
-pub(crate) use reading::{AtomicReading, Reading};
+pub(crate) use reading::AtomicReading;
+pub use reading::Reading;
 
 use std::sync::Arc;
 
@@ -29,7 +31,7 @@ use crate::record::GpuId;
 /// the devices has all three or none; a device lost meanwhile has no end; a window older
 /// than the collector's full resolution has a peak only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Triple {
+pub struct Triple {
     start: Reading,
     end: Reading,
     peak: Reading,
@@ -44,7 +46,7 @@ impl Default for Triple {
 
 impl Triple {
     /// The figures that were measured.
-    pub(crate) fn new(start: Option<u64>, end: Option<u64>, peak: Option<u64>) -> Self {
+    pub fn new(start: Option<u64>, end: Option<u64>, peak: Option<u64>) -> Self {
         Self::of(start.into(), end.into(), peak.into())
     }
 
@@ -80,23 +82,30 @@ impl Triple {
 /// training thread from the sampler's atomics (or by `gpuspan collect` from a timeline);
 /// turned into attributes off the training thread, from the attribute table.
 #[derive(Debug, Default)]
-pub(crate) struct SpanFigures {
-    pub(crate) gpu: Triple,
-    pub(crate) process_gpu: Triple,
-    pub(crate) host: Triple,
-    pub(crate) allocated_peak: Reading,
-    pub(crate) reserved_peak: Reading,
+pub struct SpanFigures {
+    /// Device memory, summed over the devices in scope (`gpu.memory.*`).
+    pub gpu: Triple,
+    /// This process's GPU memory (`gpu.process.memory.*`).
+    pub process_gpu: Triple,
+    /// Host resident memory (`process.memory.*`).
+    pub host: Triple,
+    /// The allocator's allocated peak (`gpu.allocator.allocated.peak`).
+    pub allocated_peak: Reading,
+    /// The allocator's reserved peak (`gpu.allocator.reserved.peak`).
+    pub reserved_peak: Reading,
     /// Per device, only with more than one device in scope.
-    pub(crate) devices: Vec<Triple>,
-    pub(crate) samples: Option<u64>,
+    pub devices: Vec<Triple>,
+    /// How many samples the peak was taken over (`gpu.memory.samples`).
+    /// How many samples the peak was taken over (`gpu.memory.samples`).
+    pub samples: Option<u64>,
     /// The width, in nanoseconds, each figure stands for, on the spans `gpuspan collect`
     /// enriches (its sampling interval, or the bucket width of an older window).
-    pub(crate) resolution_ns: Option<u64>,
+    pub resolution_ns: Option<u64>,
     /// How often, in ns, the process lists behind `process_gpu` were read (the widest
     /// while the span was open).
-    pub(crate) process_resolution_ns: Option<u64>,
+    pub process_resolution_ns: Option<u64>,
     /// Why the span failed: devices lost while it was open, or a panic.
-    pub(crate) error: Option<String>,
+    pub error: Option<String>,
 }
 
 impl SpanFigures {
@@ -119,8 +128,8 @@ impl SpanFigures {
 
     /// Every numeric attribute but the per-device ones, in the table's order, then the
     /// sample count and the resolutions (the process figures' only when they were read).
-    #[cfg(feature = "collect")]
-    pub(crate) fn numbers(&self) -> impl Iterator<Item = (&'static str, Number)> + '_ {
+    #[cfg(feature = "pipeline")]
+    pub fn numbers(&self) -> impl Iterator<Item = (&'static str, Number)> + '_ {
         TRACED
             .iter()
             .filter_map(|column| Some((column.key, (column.read)(self)?)))
@@ -151,7 +160,7 @@ impl SpanFigures {
 
     /// The per-device figures that were measured: (position in `devices`, 0 = start,
     /// 1 = end, 2 = peak, value).
-    pub(crate) fn device_numbers(&self) -> impl Iterator<Item = (usize, usize, i64)> + '_ {
+    pub fn device_numbers(&self) -> impl Iterator<Item = (usize, usize, i64)> + '_ {
         self.devices.iter().enumerate().flat_map(|(i, d)| {
             [d.start(), d.end(), d.peak()]
                 .into_iter()
@@ -224,7 +233,7 @@ impl DeviceNames<'_> {
 }
 
 /// `gpu.<id>.memory.start`, `.end` and `.peak`: the keys of one device's figures.
-pub(crate) fn device_keys(id: GpuId) -> [String; 3] {
+pub fn device_keys(id: GpuId) -> [String; 3] {
     ["start", "end", "peak"].map(|figure| {
         format!(
             "{}{id}{}{figure}",

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A measurement, or "not measured"; see the module docs.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Reading(u64);
+pub struct Reading(u64);
 
 impl Reading {
     /// Not measured.

@@ -1,14 +1,23 @@
-//! The embedded default: a local run directory (`gpuspan-runs/<run-id>/`) holding
-//! `traces.jsonl` and `metrics.jsonl` in OTLP/JSON, and the per-epoch summary drawn from it.
+//! A run directory (`gpuspan-runs/<run-id>/`) read back: `traces.jsonl` and `metrics.jsonl`
+//! in OTLP/JSON, the per-epoch summary drawn from the spans, a job's ranks side by side, and
+//! the timeline file. The one reader that `gpuspan report`, the Python package and a
+//! program's own checks share; the SDK writes these files as a run goes.
 
 pub mod ranks;
 pub mod sampler;
+pub(crate) mod setup;
 mod summary;
+pub(crate) mod tfevents;
 
 pub use crate::config::{default_run_root, RANK_DIR_PREFIX};
+pub use crate::diagnose::{Marker, DIAGNOSIS_EVENTS, LIMITS_FILE};
 pub use crate::record::{DeviceFigures, GpuId, Memory, Role, SpanRecord};
-pub use summary::{read_run, EpochSummary, EpochTable, RunSummary};
-pub(crate) use summary::{read_run_and, SummaryTap};
+pub use crate::timeline::file::{
+    read_timeline, Figure, Series, Timeline, TimelineDevice, TimelineEncoder, TimelineError,
+    TimelineFormatError, TIMELINE_FILE,
+};
+pub(crate) use summary::SummaryTap;
+pub use summary::{read_run, read_run_and, EpochSummary, EpochTable, RunSummary};
 
 /// File of spans inside a run directory.
 pub const TRACES_FILE: &str = "traces.jsonl";

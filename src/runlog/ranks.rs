@@ -343,7 +343,7 @@ pub fn step_label(key: StepKey) -> String {
 }
 
 /// `40.0 %`, or `-` when there is no figure.
-pub(crate) fn percent(value: Option<f64>) -> String {
+pub fn percent(value: Option<f64>) -> String {
     value.map_or("-".into(), |v| format!("{:.1} %", 100.0 * v))
 }
 

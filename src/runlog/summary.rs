@@ -128,7 +128,10 @@ pub fn read_run(dir: &Path) -> std::io::Result<RunSummary> {
 
 /// [`read_run`], in the same pass handing every span's record to `keep` and returning the
 /// diagnosis markers too: the report reads the file once.
-pub(crate) fn read_run_and(
+///
+/// # Errors
+/// As [`read_run`].
+pub fn read_run_and(
     dir: &Path,
     mut keep: impl FnMut(SpanRecord),
 ) -> std::io::Result<(RunSummary, Vec<crate::diagnose::Marker>)> {

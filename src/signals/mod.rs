@@ -38,8 +38,6 @@
 
 mod bounded;
 mod disposition;
-#[cfg(feature = "collect")]
-pub(crate) mod forward;
 
 pub(crate) use bounded::ShutdownUnderWay;
 

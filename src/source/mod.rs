@@ -12,7 +12,7 @@ pub(crate) mod host;
 pub(crate) mod nvml;
 #[cfg(test)]
 mod parse_props;
-#[cfg_attr(not(feature = "collect"), allow(dead_code))]
+#[cfg_attr(not(feature = "pipeline"), allow(dead_code))]
 pub(crate) mod processes;
 pub(crate) mod scope;
 pub(crate) mod smi;

@@ -49,7 +49,7 @@ impl std::fmt::Debug for NvmlSource {
 
 /// Why NVML is not used.
 #[derive(Debug)]
-pub(crate) struct NvmlUnavailable(pub(crate) String);
+pub struct NvmlUnavailable(pub(crate) String);
 
 impl NvmlSource {
     /// Loads NVML from `lib` (else the system's `libnvidia-ml.so.1`) and opens the devices
@@ -95,7 +95,7 @@ impl NvmlSource {
 
     /// Also keeps every process's memory (not only this process's) in `table` as the
     /// lists come in, for spans of other processes.
-    #[cfg_attr(not(feature = "collect"), allow(dead_code))]
+    #[cfg_attr(not(feature = "pipeline"), allow(dead_code))]
     pub(crate) fn with_process_table(mut self, table: ProcessTable) -> Self {
         if let Some(processes) = &mut self.processes {
             processes.keep_all(table);

@@ -6,16 +6,16 @@ use std::sync::{Arc, Mutex};
 
 /// The processes the driver listed at the latest reading.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ProcessList {
+pub struct ProcessList {
     /// `(pid, bytes)`, summed over the devices in scope; sorted by pid.
-    pub(crate) by_pid: Vec<(u32, u64)>,
+    pub by_pid: Vec<(u32, u64)>,
     /// `false` when a device could not list its processes this time: a process missing
     /// from `by_pid` may then still hold memory.
-    pub(crate) complete: bool,
+    pub complete: bool,
 }
 
 /// Shared between the source (writer) and the observers (readers).
-pub(crate) type ProcessTable = Arc<Mutex<ProcessList>>;
+pub type ProcessTable = Arc<Mutex<ProcessList>>;
 
 impl ProcessList {
     /// Adds `bytes` held by `pid` on one device.
@@ -27,7 +27,7 @@ impl ProcessList {
     }
 
     /// What `pid` holds: `Some(0)` when the list is complete and does not name it.
-    pub(crate) fn get(&self, pid: u32) -> Option<u64> {
+    pub fn get(&self, pid: u32) -> Option<u64> {
         match self.by_pid.binary_search_by_key(&pid, |p| p.0) {
             Ok(i) => Some(self.by_pid[i].1),
             Err(_) => self.complete.then_some(0),

@@ -23,8 +23,8 @@ pub struct Builder {
     observers: Vec<Box<dyn crate::timeline::TickObserver>>,
     /// Diagnosis settings, set by the methods in `diagnose_setters.rs`.
     pub(crate) diagnose: crate::diagnose::settings::DiagnoseCode,
-    /// Timeline file and TensorBoard switches (resolved in `report::setup`).
-    pictures: crate::report::setup::PictureCode,
+    /// Timeline file and TensorBoard switches (resolved in `runlog::setup`).
+    pictures: crate::runlog::setup::PictureCode,
 }
 
 impl std::fmt::Debug for Builder {
@@ -37,12 +37,10 @@ impl std::fmt::Debug for Builder {
 }
 
 impl Builder {
-    /// Hands every sampler tick to `observer` as well (`collect`'s timeline).
-    #[cfg_attr(not(feature = "collect"), allow(dead_code))]
-    pub(crate) fn tick_observer(
-        mut self,
-        observer: Box<dyn crate::timeline::TickObserver>,
-    ) -> Self {
+    /// Hands every sampler tick to `observer` as well: for collectors that keep a timeline of
+    /// their own (`pipeline::TickObserver`, feature `pipeline`).
+    #[cfg_attr(not(feature = "pipeline"), allow(dead_code))]
+    pub fn tick_observer(mut self, observer: Box<dyn crate::timeline::TickObserver>) -> Self {
         self.observers.push(observer);
         self
     }
@@ -261,14 +259,19 @@ impl Builder {
 
     /// As [`build`](Self::build), with the configuration `settings` resolved already (the
     /// collector's, which measures the whole node): nothing set on this builder's
-    /// configuration setters is read, and the environment is not read for it again.
-    #[cfg_attr(not(feature = "collect"), allow(dead_code))]
-    pub(crate) fn build_resolved(self, settings: config::Settings) -> Result<Telemetry, InitError> {
+    /// configuration setters is read, and the environment is not read for it again. For
+    /// collectors (`crate::pipeline`, feature `pipeline`), which resolve their settings
+    /// with `pipeline::resolve` and measure with them.
+    ///
+    /// # Errors
+    /// See [`InitError`].
+    #[cfg_attr(not(feature = "pipeline"), allow(dead_code))]
+    pub fn build_resolved(self, settings: config::Settings) -> Result<Telemetry, InitError> {
         let diagnose = super::diagnose_setters::resolve(&self.diagnose)?;
         if settings.disabled {
             return Ok(Telemetry { inner: None });
         }
-        let pictures = crate::report::setup::from_env(self.pictures, &settings)?;
+        let pictures = crate::runlog::setup::from_env(self.pictures, &settings)?;
         Inner::start(settings, self.source, self.observers, diagnose, pictures).map(|inner| {
             Telemetry {
                 inner: Some(Box::new(inner)),

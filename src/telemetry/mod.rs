@@ -326,10 +326,10 @@ impl Inner {
         custom_source: Option<Box<dyn MemorySource>>,
         mut observers: Vec<Box<dyn crate::timeline::TickObserver>>,
         diagnose: crate::diagnose::settings::DiagnoseSettings,
-        pictures: crate::report::setup::Pictures,
+        pictures: crate::runlog::setup::Pictures,
     ) -> Result<Self, InitError> {
         let source = custom_source.or_else(|| gpu_source::open_gpu_source(&settings));
-        observers.extend(crate::report::setup::observers(
+        observers.extend(crate::runlog::setup::observers(
             pictures,
             &settings,
             source.as_deref(),
@@ -401,7 +401,7 @@ impl Inner {
         sampler.shared().set_meter(Box::new(sampler_instruments));
         let epochs = SummaryTap::default();
         let mut taps: Vec<Box<dyn SpanTap>> = vec![Box::new(durations)];
-        taps.extend(crate::report::setup::taps(pictures, &settings)?);
+        taps.extend(crate::runlog::setup::taps(pictures, &settings)?);
         // Diagnosis first: the events it adds are part of what the other taps see.
         taps.splice(0..0, diagnosis.taps());
         if settings.traces == Destination::RunDir {

@@ -9,7 +9,7 @@ use crate::config::Setting;
 pub fn settings() -> impl Iterator<Item = &'static Setting> {
     crate::config::ROWS
         .iter()
-        .chain(crate::report::setup::ROWS)
+        .chain(crate::runlog::setup::ROWS)
         .chain(crate::diagnose::settings::ROWS)
         .chain(crate::config::torch::ROWS)
 }

@@ -257,8 +257,7 @@ impl Encoder {
 }
 
 /// Builds a timeline file from samples given in code, in the format runs write: for
-/// the benchmarks (feature `__bench`).
-#[cfg(feature = "__bench")]
+/// tools and benchmarks that make run directories of their own.
 #[derive(Debug)]
 pub struct TimelineEncoder {
     encoder: Encoder,
@@ -266,7 +265,6 @@ pub struct TimelineEncoder {
     bytes: Vec<u8>,
 }
 
-#[cfg(feature = "__bench")]
 impl TimelineEncoder {
     /// A file for `devices`, its times counted from `origin_unix_nanos`.
     pub fn new(origin_unix_nanos: u64, interval_nanos: u64, devices: &[TimelineDevice]) -> Self {

@@ -6,44 +6,36 @@
 //! (no I/O; hand data to a thread of their own through a bounded queue).
 
 pub(crate) mod file;
-#[cfg(feature = "collect")]
+#[cfg(feature = "pipeline")]
 pub(crate) mod store;
 pub(crate) mod writer;
-
-/// What the benches build timeline files with; not public API (feature `__bench`).
-#[cfg(feature = "__bench")]
-#[doc(hidden)]
-pub mod __private {
-    pub use super::file::TimelineEncoder;
-}
 
 /// One tick of the sampler: every figure it holds at a wall-clock instant.
 #[derive(Debug, Clone, Copy)]
 #[allow(dead_code)] // read by the observers that keep ticks
-pub(crate) struct Tick<'a> {
+pub struct Tick<'a> {
     /// Wall clock, UNIX nanoseconds (the clock span times use).
-    pub(crate) unix_nanos: u64,
+    pub unix_nanos: u64,
     /// Memory used per device in scope, in the sampler's device order (`None`: not read).
-    pub(crate) devices: &'a [Option<u64>],
+    pub devices: &'a [Option<u64>],
     /// Memory installed per device (`None`: not read).
-    pub(crate) totals: &'a [Option<u64>],
+    pub totals: &'a [Option<u64>],
     /// This process's GPU memory summed over the devices, where the driver reports it.
-    pub(crate) process_gpu: Option<u64>,
+    pub process_gpu: Option<u64>,
     /// How often, in ns, the process lists behind the process figures are read (they run
     /// on a cadence of their own, slower than the ticks on a real driver).
-    pub(crate) process_resolution_ns: Option<u64>,
+    pub process_resolution_ns: Option<u64>,
     /// Host resident memory of this process.
-    pub(crate) host_rss: Option<u64>,
+    pub host_rss: Option<u64>,
     /// The allocator counters last pushed by framework code.
-    pub(crate) allocated: Option<u64>,
+    pub allocated: Option<u64>,
     /// See `allocated`.
-    pub(crate) reserved: Option<u64>,
+    pub reserved: Option<u64>,
 }
 
 impl<'a> Tick<'a> {
     /// A tick of device memory alone, for tests and benches that feed observers.
-    #[cfg(any(test, feature = "__bench"))]
-    pub(crate) fn of_devices(unix_nanos: u64, devices: &'a [Option<u64>]) -> Self {
+    pub fn of_devices(unix_nanos: u64, devices: &'a [Option<u64>]) -> Self {
         Self {
             unix_nanos,
             devices,
@@ -58,7 +50,7 @@ impl<'a> Tick<'a> {
 }
 
 /// Something that keeps ticks. Called on the sampler thread after every reading.
-pub(crate) trait TickObserver: Send {
+pub trait TickObserver: Send {
     /// One reading; must return in microseconds.
     fn on_tick(&mut self, tick: &Tick<'_>);
 

@@ -179,7 +179,7 @@ impl Level {
 
 /// How many slots each level keeps, finest first; the first level holds single samples.
 #[derive(Debug, Clone)]
-pub(crate) struct Layout {
+pub struct Layout {
     /// `(bucket width, slots)`; width zero for full resolution. Slots are rounded up to a
     /// power of two.
     pub(crate) levels: Vec<(Duration, usize)>,
@@ -189,7 +189,7 @@ impl Layout {
     /// Devices: about 11 minutes of 5 ms samples, then 100 ms maxima for 1.8 hours and 1 s
     /// maxima for 36 hours: 47.5 MiB with 8 devices and their sum. With more series, every
     /// level shrinks (by powers of two) to stay within 64 MiB.
-    pub(crate) fn devices(series: usize) -> Self {
+    pub fn devices(series: usize) -> Self {
         let mut levels = vec![
             (Duration::ZERO, 1 << 17),
             (Duration::from_millis(100), 1 << 16),
@@ -205,7 +205,7 @@ impl Layout {
 
     /// One process: 41 s of samples at 5 ms, 1 s maxima for 2.3 hours, 1 minute maxima for
     /// 34 hours (442 KiB).
-    pub(crate) fn process() -> Self {
+    pub fn process() -> Self {
         Self {
             levels: vec![
                 (Duration::ZERO, 1 << 13),
@@ -228,25 +228,25 @@ pub(crate) const BUDGET_BYTES: usize = 64 << 20;
 
 /// What a window of the timeline holds, per series. Values are bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WindowMax {
+pub struct WindowMax {
     /// The figures at the window's start (last sample at or before it); `None` when the
     /// window began before the timeline or is older than full resolution.
-    pub(crate) start: Option<Vec<Option<u64>>>,
+    pub start: Option<Vec<Option<u64>>>,
     /// The figures at its end; `None` when older than full resolution.
-    pub(crate) end: Option<Vec<Option<u64>>>,
+    pub end: Option<Vec<Option<u64>>>,
     /// The highest figures: of the samples at start and end and in between, or, at a coarse
     /// resolution, of every bucket the window touches.
-    pub(crate) peak: Vec<Option<u64>>,
+    pub peak: Vec<Option<u64>>,
     /// Samples strictly after the start and at or before the end (full resolution only).
-    pub(crate) samples: Option<u64>,
+    pub samples: Option<u64>,
     /// Width of what a figure stands for: the sampling interval at full resolution, else the
     /// bucket width.
-    pub(crate) resolution_ns: u64,
+    pub resolution_ns: u64,
 }
 
 /// The range-max store over a fixed number of series.
 #[derive(Debug)]
-pub(crate) struct TimelineStore {
+pub struct TimelineStore {
     series: usize,
     interval_ns: u64,
     levels: Vec<Level>,
@@ -260,7 +260,7 @@ fn decode(v: u64) -> Option<u64> {
 
 impl TimelineStore {
     /// A store of `series` figures per sample, sampled every `interval`.
-    pub(crate) fn new(series: usize, interval: Duration, layout: &Layout) -> Self {
+    pub fn new(series: usize, interval: Duration, layout: &Layout) -> Self {
         let series = series.max(1);
         let levels = layout
             .levels
@@ -280,17 +280,17 @@ impl TimelineStore {
     }
 
     /// Bytes held on the heap (all allocated when the store is made).
-    pub(crate) fn heap_bytes(&self) -> usize {
+    pub fn heap_bytes(&self) -> usize {
         self.levels.iter().map(Level::heap_bytes).sum::<usize>() + self.scratch.capacity() * 8
     }
 
     /// Time of the newest sample, UNIX ns.
-    pub(crate) fn latest(&self) -> Option<u64> {
+    pub fn latest(&self) -> Option<u64> {
         self.latest
     }
 
     /// Adds the figures read at `unix_nanos` (`None`: not measured), one per series.
-    pub(crate) fn push(&mut self, unix_nanos: u64, values: &[Option<u64>]) {
+    pub fn push(&mut self, unix_nanos: u64, values: &[Option<u64>]) {
         for (slot, v) in self.scratch.iter_mut().zip(
             values
                 .iter()
@@ -309,7 +309,7 @@ impl TimelineStore {
 
     /// What is known of the window `start..=end` (UNIX ns); `None` when it ended before the
     /// first sample kept.
-    pub(crate) fn window(&self, start: u64, end: u64) -> Option<WindowMax> {
+    pub fn window(&self, start: u64, end: u64) -> Option<WindowMax> {
         let end = end.max(start);
         let full = self.levels.first()?;
         let i_end = full.last_at_or_before(end);

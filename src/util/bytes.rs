@@ -1,8 +1,4 @@
-//! Byte counts for people: the summary's three significant digits, and the fixed MiB/GiB
-//! figures of the report's table and axes and the command line's columns.
-
-const MIB: f64 = 1_048_576.0;
-const GIB: f64 = 1_073_741_824.0;
+//! Byte counts for people: the summary's three significant digits.
 
 /// Bytes in binary units, three significant digits: `512 B`, `1.5 KiB`, `150 MiB`.
 pub(crate) fn human(value: i64) -> String {
@@ -32,19 +28,9 @@ pub(crate) fn signed(value: i64) -> String {
     }
 }
 
-/// Mebibytes with `decimals` places: `1234 MiB`.
-pub(crate) fn mib(bytes: f64, decimals: usize) -> String {
-    format!("{:.*} MiB", decimals, bytes / MIB)
-}
-
-/// Gibibytes with `decimals` places: `1.25 GiB`.
-pub(crate) fn gib(bytes: f64, decimals: usize) -> String {
-    format!("{:.*} GiB", decimals, bytes / GIB)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{gib, human, mib, signed};
+    use super::{human, signed};
 
     #[test]
     fn byte_counts_read_in_binary_units() {
@@ -54,8 +40,5 @@ mod tests {
         assert_eq!(human(-(3 << 30)), "-3.0 GiB");
         assert_eq!(signed(1536), "+1.5 KiB");
         assert_eq!(signed(-1536), "-1.5 KiB");
-        assert_eq!(mib(1_293_942_784.0, 0), "1234 MiB");
-        assert_eq!(mib(1_572_864.0, 1), "1.5 MiB");
-        assert_eq!(gib(1_342_177_280.0, 2), "1.25 GiB");
     }
 }

@@ -2,7 +2,6 @@
 //! opening it for reading would wait for a writer. The rank's thread that reads the alarms
 //! passes over it with one line naming it, so the rank trains, keeps every span, and exits
 //! without its shutdown having to give up on that thread.
-#![cfg(feature = "cli")]
 
 use gpuspan_test_support as support;
 

@@ -1,6 +1,9 @@
-//! The crate's modules stand on floors (ARCHITECTURE.md lists them): a module imports only
-//! from floors below its own, and no files import each other in a circle. Read from the
-//! source as text, as a reviewer would: every `crate::` path outside comments and tests.
+//! The modules of both crates stand on floors (ARCHITECTURE.md lists them): a module imports
+//! only from floors below its own, and no files import each other in a circle. The SDK's
+//! modules (`src/`) are listed by name, the command's (`cli/src/`) as `gpuspan_cli::name`,
+//! every one of them above every module of the SDK, which never imports the command. Read
+//! from the source as text, as a reviewer would: every `crate::` path outside comments and
+//! tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -48,9 +51,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The two crates: the name their rooms carry in the floor table, and their sources.
+const CRATES: [(&str, &str); 2] = [("", "src"), ("gpuspan_cli::", "cli/src")];
+
 /// `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; `src/lib.rs` is the root.
-fn module_path(file: &Path) -> Vec<String> {
-    let relative = file.strip_prefix(Path::new(ROOT).join("src")).unwrap();
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let relative = file.strip_prefix(src).unwrap();
     let mut parts: Vec<String> = relative
         .with_extension("")
         .iter()
@@ -134,8 +140,8 @@ fn segments(text: &str) -> Vec<String> {
 }
 
 /// Names the crate root re-exports, and the module each comes from (`Telemetry` -> `telemetry`).
-fn root_reexports() -> BTreeMap<String, String> {
-    let lib = code(&Path::new(ROOT).join("src/lib.rs"));
+fn root_reexports(src: &Path) -> BTreeMap<String, String> {
+    let lib = code(&src.join("lib.rs"));
     let mut names = BTreeMap::new();
     for statement in lib.split(';') {
         let Some(path) = statement.trim().strip_prefix("pub use ") else {
@@ -159,48 +165,73 @@ fn root_reexports() -> BTreeMap<String, String> {
 #[test]
 fn every_module_imports_only_from_lower_floors_and_no_files_import_each_other_in_a_circle() {
     let floors = floors();
-    let reexports = root_reexports();
-    let mut files = Vec::new();
-    rust_files(&Path::new(ROOT).join("src"), &mut files);
-    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(f)).collect();
-
+    let sdk_top = floors
+        .iter()
+        .filter(|(room, _)| !room.contains("::"))
+        .map(|(_, f)| *f);
+    let cli_bottom = floors
+        .iter()
+        .filter(|(room, _)| room.contains("::"))
+        .map(|(_, f)| *f);
+    if let (Some(top), Some(bottom)) = (sdk_top.max(), cli_bottom.min()) {
+        assert!(
+            bottom > top,
+            "the command's lowest floor ({bottom}) is not above the SDK's highest ({top})"
+        );
+    }
     let mut upward = Vec::new();
     let mut unplaced = BTreeSet::new();
     let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
-    for file in &files {
-        let me = module_path(file);
-        let Some(room) = me.first() else { continue };
-        if room == "bin" {
-            continue;
-        }
-        let Some(&floor) = floors.get(room) else {
-            unplaced.insert(room.clone());
-            continue;
-        };
-        for mut path in crate_paths(&code(file), &me) {
-            if let Some(module) = reexports.get(&path[0]) {
-                path.insert(0, module.clone());
+    for (prefix, src) in CRATES {
+        let src = Path::new(ROOT).join(src);
+        let reexports = root_reexports(&src);
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let named = |path: Vec<String>| -> Vec<String> {
+            match path.split_first() {
+                Some((room, rest)) => [vec![format!("{prefix}{room}")], rest.to_vec()].concat(),
+                None => path,
             }
-            let target = (1..=path.len())
-                .rev()
-                .map(|n| path[..n].to_vec())
-                .find(|p| modules.contains(p));
-            let Some(target) = target else { continue };
-            if target[0] == *room {
-                if target != me {
-                    edges.entry(me.clone()).or_default().insert(target);
-                }
+        };
+        let modules: BTreeSet<Vec<String>> =
+            files.iter().map(|f| named(module_path(&src, f))).collect();
+        for file in &files {
+            let me = module_path(&src, file);
+            if matches!(me.first().map(String::as_str), Some("bin" | "main") | None) {
                 continue;
             }
-            match floors.get(&target[0]) {
-                Some(&theirs) if theirs < floor => {}
-                Some(&theirs) => upward.push(format!(
-                    "{} (floor {floor}) imports {} (floor {theirs})",
-                    me.join("::"),
-                    path.join("::")
-                )),
-                None => {
-                    unplaced.insert(target[0].clone());
+            let mine = named(me.clone());
+            let room = &mine[0];
+            let Some(&floor) = floors.get(room) else {
+                unplaced.insert(room.clone());
+                continue;
+            };
+            for mut path in crate_paths(&code(file), &me) {
+                if let Some(module) = reexports.get(&path[0]) {
+                    path.insert(0, module.clone());
+                }
+                let path = named(path);
+                let target = (1..=path.len())
+                    .rev()
+                    .map(|n| path[..n].to_vec())
+                    .find(|p| modules.contains(p));
+                let Some(target) = target else { continue };
+                if target[0] == *room {
+                    if target != mine {
+                        edges.entry(mine.clone()).or_default().insert(target);
+                    }
+                    continue;
+                }
+                match floors.get(&target[0]) {
+                    Some(&theirs) if theirs < floor => {}
+                    Some(&theirs) => upward.push(format!(
+                        "{} (floor {floor}) imports {} (floor {theirs})",
+                        mine.join("::"),
+                        path.join("::")
+                    )),
+                    None => {
+                        unplaced.insert(target[0].clone());
+                    }
                 }
             }
         }

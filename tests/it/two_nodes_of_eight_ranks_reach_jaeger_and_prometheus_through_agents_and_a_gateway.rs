@@ -7,7 +7,6 @@
 //! Read back exactly: every epoch and step span of every rank arrives once in Jaeger and
 //! once in the second backend; the resource says the host, rank and job; each rank's step
 //! peaks and its gauge are its own device's memory.
-#![cfg(feature = "cli")]
 
 use gpuspan_test_support as support;
 

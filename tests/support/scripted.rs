@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gpuspan::{Device, DeviceReading, GpuId, MemorySource};
+use gpuspan::source::{Device, DeviceReading, MemorySource};
+use gpuspan::GpuId;
 
 #[derive(Default)]
 struct State {

@@ -17,7 +17,8 @@ fn binary() -> PathBuf {
     let binary = profile_dir.join("examples").join("checkpoint_on_sigterm");
     assert!(
         binary.exists(),
-        "{} is missing: run the tests with `cargo test`, which builds the examples",
+        "{} is missing: run the tests with `cargo test` (for the command's tests, `cargo test \
+         -p gpuspan -p gpuspan-cli`), which builds the SDK's examples",
         binary.display()
     );
     binary

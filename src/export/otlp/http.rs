@@ -48,9 +48,11 @@ impl WireClient {
 
 /// Why the HTTP client could not be built.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ClientError {
+pub enum ClientError {
+    /// A header cannot go on the wire.
     #[error(transparent)]
     Header(#[from] HeaderError),
+    /// The HTTP client cannot be built.
     #[error("cannot build the HTTP client: {0}")]
     Build(#[from] reqwest::Error),
 }

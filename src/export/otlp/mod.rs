@@ -15,17 +15,19 @@ use crate::config::{Compression, OtlpTarget, Protocol};
 #[cfg(feature = "otlp-grpc")]
 mod grpc;
 #[cfg(feature = "otlp-http")]
-mod http;
-#[cfg(feature = "collect")]
+pub(crate) mod http;
+#[cfg(feature = "pipeline")]
 pub(crate) mod request;
 use crate::error::InitError;
 
 /// A resolved header that cannot go on the wire.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum HeaderError {
+pub enum HeaderError {
+    /// The header's name.
     #[error("'{0}' is not a valid header name")]
     Name(String),
+    /// The value of the header named.
     #[error("the value of header '{0}' is not valid (printable ASCII only)")]
     Value(String),
 }

@@ -27,7 +27,7 @@ use super::HeaderError;
 use crate::config::{Compression, OtlpTarget, Protocol};
 
 /// An OTLP export request of one signal.
-pub(crate) trait OtlpRequest: prost::Message + Send + Sync + 'static {
+pub trait OtlpRequest: prost::Message + Send + Sync + 'static {
     /// The gRPC method.
     const GRPC_PATH: &'static str;
     /// The reply the method returns.
@@ -46,32 +46,49 @@ impl OtlpRequest for ExportMetricsServiceRequest {
 }
 
 /// A request its owner keeps for retries, encoded in place from the shared copy.
-pub(crate) trait SharedRequest: Send + Sync + 'static {
+pub trait SharedRequest: Send + Sync + 'static {
+    /// The request shared.
     type Request: OtlpRequest;
+    /// The request, to encode.
     fn request(&self) -> &Self::Request;
 }
 
 /// Why a client could not be set up, or a request was not accepted.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum RequestError {
+pub enum RequestError {
+    /// The endpoint is not a URL gRPC can connect to.
     #[error("{endpoint} is not a gRPC endpoint URL ({source})")]
     Endpoint {
+        /// The endpoint.
         endpoint: String,
         #[source]
+        /// Why.
         source: tonic::transport::Error,
     },
+    /// A header cannot go on the wire.
     #[error(transparent)]
     Header(#[from] HeaderError),
+    /// The HTTP client cannot be built.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The gRPC endpoint cannot be reached.
     #[error("cannot reach the gRPC endpoint: {0}")]
     Connect(#[source] tonic::transport::Error),
+    /// The gRPC endpoint answered with an error status.
     #[error("{}: {}", .0.code(), .0.message())]
     Status(tonic::Status),
+    /// The HTTP request could not be sent.
     #[error("cannot send the request: {0}")]
     Send(#[source] opentelemetry_http::HttpError),
+    /// The HTTP endpoint answered with an error status.
     #[error("{url} answered {status}")]
-    Answered { url: String, status: u16 },
+    Answered {
+        /// The endpoint.
+        url: String,
+        /// Its HTTP status.
+        status: u16,
+    },
+    /// The HTTP request cannot be built.
     #[error("cannot build the request: {0}")]
     Build(#[from] http::Error),
 }
@@ -80,7 +97,7 @@ impl RequestError {
     /// Whether sending again may succeed: the OTLP specification's retryable responses
     /// (HTTP 429, 502, 503, 504; gRPC codes of a passing condition), and any failure to
     /// reach the endpoint. A request the destination rejects as such is not sent again.
-    pub(crate) fn retryable(&self) -> bool {
+    pub fn retryable(&self) -> bool {
         use tonic::Code;
         match self {
             Self::Connect(_) | Self::Send(_) => true,
@@ -102,7 +119,7 @@ impl RequestError {
 
 /// One OTLP target's transport, built once.
 #[derive(Debug)]
-pub(crate) struct RequestClient(Wire);
+pub struct RequestClient(Wire);
 
 #[derive(Debug)]
 enum Wire {
@@ -147,7 +164,7 @@ impl RequestClient {
     }
 
     /// Sends one request and waits for the destination's answer.
-    pub(crate) async fn send<S: SharedRequest>(&self, shared: &Arc<S>) -> Result<(), RequestError> {
+    pub async fn send<S: SharedRequest>(&self, shared: &Arc<S>) -> Result<(), RequestError> {
         match &self.0 {
             Wire::Grpc {
                 channel,

@@ -1,0 +1,423 @@
+//! `gpuspan selftest`: the peak, proved on the user's own GPUs. On each device in scope it
+//! creates a CUDA context, opens a span, allocates a known amount through the CUDA driver
+//! (cudarc, `libcuda` loaded at run time), holds it long enough for the device reads and
+//! the process lists to see it, frees it, and closes the span; then it reads the spans back
+//! from a run directory, as a user's run would be read, and checks that each span's peak
+//! and this process's figures rose by the allocation, to within the driver's granularity.
+//! It also reports what the driver's calls cost and how well the sampler kept its cadence.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use cudarc::driver::{result, sys, DriverError};
+
+use crate::util;
+use gpuspan::runlog::{GpuId, Memory, SpanRecord};
+
+/// The driver rounds allocations up to this (2 MiB pages): a rise this much short of the
+/// allocation still counts.
+const GRANULARITY: u64 = 2 << 20;
+
+/// The spans of each device's test: an allocation held, then a two-interval spike.
+const HELD: &str = "selftest";
+const SPIKE: &str = "selftest_spike";
+
+/// The test's spans read back, each list in the devices' order.
+struct Spans {
+    held: Vec<SpanRecord>,
+    spikes: Vec<SpanRecord>,
+}
+
+/// What to allocate and how often to sample.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    /// Bytes allocated on each device (at most half of what is free there).
+    pub(crate) bytes: u64,
+    pub(crate) interval: Duration,
+}
+
+/// Why the selftest could not run at all (as opposed to a check that failed).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SelftestError {
+    #[error(
+        "the CUDA driver library (libcuda.so) could not be loaded: this machine has no NVIDIA \
+         driver, or its library is not on the loader's path (LD_LIBRARY_PATH)"
+    )]
+    NoCuda,
+    #[error("no GPU to test: {0}")]
+    NoGpu(String),
+    #[error("the CUDA driver failed to {what}: {source:?}")]
+    Cuda {
+        what: &'static str,
+        source: DriverError,
+    },
+    #[error(transparent)]
+    Init(#[from] gpuspan::InitError),
+    #[error(transparent)]
+    Shutdown(#[from] gpuspan::ShutdownError),
+    #[error("cannot read the test's spans back: {0}")]
+    ReadBack(#[from] std::io::Error),
+}
+
+/// What the selftest found: the table to print, and whether every check passed.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) table: String,
+    pub(crate) passed: bool,
+}
+
+/// One device's test, before its span is read back.
+struct Tested {
+    id: GpuId,
+    name: String,
+    context: Option<u64>,
+    /// Bytes allocated and held, or why nothing could be.
+    allocated: Result<u64, String>,
+    /// Bytes allocated for two sampling intervals.
+    spike: Result<u64, String>,
+}
+
+/// Allocates `size` bytes in the current context, holds them for `hold` and frees them;
+/// the size, or why nothing could be allocated.
+fn hold_allocation(size: u64, hold: Duration) -> Result<Result<u64, String>, SelftestError> {
+    // SAFETY: a plain allocation in the current context, freed below.
+    match unsafe { result::malloc_sync(usize::try_from(size).unwrap_or(usize::MAX)) } {
+        Ok(pointer) => {
+            std::thread::sleep(hold);
+            // SAFETY: allocated above and not used since.
+            cuda("free an allocation", unsafe { result::free_sync(pointer) })?;
+            Ok(Ok(size))
+        }
+        Err(e) => Ok(Err(format!(
+            "could not allocate {}: {e:?}",
+            util::mib(size as f64, 0)
+        ))),
+    }
+}
+
+fn cuda<T>(what: &'static str, call: Result<T, DriverError>) -> Result<T, SelftestError> {
+    call.map_err(|source| SelftestError::Cuda { what, source })
+}
+
+/// Runs the selftest, writing its spans to a run directory under `scratch`.
+pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestError> {
+    // SAFETY: only tries to open the library; no symbol of it is called.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(SelftestError::NoCuda);
+    }
+    let telemetry = gpuspan::Telemetry::builder()
+        .run_dir(scratch)
+        .run_id("selftest")
+        .traces_exporter(gpuspan::Exporter::RunDir)
+        .metrics_exporter(gpuspan::Exporter::None)
+        .sample_interval(options.interval)
+        .summary(false)
+        .timeline(false)
+        .install()?;
+    if telemetry.memory_source() != Some("nvml") {
+        return Err(SelftestError::NoGpu(format!(
+            "gpuspan reads memory through {}, not NVML (is the NVIDIA driver installed?)",
+            telemetry.memory_source().unwrap_or("nothing")
+        )));
+    }
+    let devices = telemetry.devices();
+    if devices.is_empty() {
+        return Err(SelftestError::NoGpu(
+            "NVML lists no device in scope (GPUSPAN_DEVICES, CUDA_VISIBLE_DEVICES)".into(),
+        ));
+    }
+    cuda("start", result::init())?;
+    let count = cuda("count its devices", result::device::get_count())?;
+    let settle = || std::thread::sleep(options.interval * 3);
+    // Process lists run on a slower cadence of their own, one device at a time, and a span
+    // carries their sum over the devices: every device is listed again (twice) before a
+    // test starts and while an allocation is held, so the sum moves only with this test.
+    let lists = || {
+        let every = telemetry
+            .sampler_stats()
+            .and_then(|s| s.process_interval)
+            .unwrap_or(options.interval);
+        every * 2 + options.interval
+    };
+    let used = |position: usize| telemetry.devices().get(position).and_then(|d| d.used);
+    let mut tested = Vec::new();
+    for ordinal in 0..count {
+        let device = cuda("open a device", result::device::get(ordinal))?;
+        let uuid = uuid_string(&cuda("read a device's UUID", device_uuid(device))?);
+        let Some(position) = devices
+            .iter()
+            .position(|d| uuid_body(&d.device.uuid) == uuid)
+        else {
+            continue;
+        };
+        let info = &devices[position].device;
+        std::thread::sleep(lists());
+        let before = used(position);
+        // SAFETY: `device` came from the driver; the context is released below.
+        let context = cuda("create a context", unsafe {
+            result::primary_ctx::retain(device)
+        })?;
+        // SAFETY: the context was just retained.
+        cuda("use the context", unsafe {
+            result::ctx::set_current(context)
+        })?;
+        settle();
+        let context_bytes = used(position).zip(before).map(|(a, b)| a.saturating_sub(b));
+        let free = cuda("read free memory", result::mem_get_info())?.0 as u64;
+        let size = options.bytes.min(free / 2);
+        std::thread::sleep(lists());
+        let hold = (options.interval * 4).max(lists());
+        // Held long enough for the process lists to see it, in one span; then a spike of
+        // two sampling intervals, the shortest the peak promises to catch, in another.
+        let allocated = {
+            let _span = gpuspan::memory_span!("selftest");
+            settle();
+            let allocated = hold_allocation(size, hold)?;
+            settle();
+            allocated
+        };
+        let spike = {
+            let _span = gpuspan::memory_span!("selftest_spike");
+            settle();
+            let spike = hold_allocation(size, options.interval * 2)?;
+            settle();
+            spike
+        };
+        // SAFETY: retained above, once.
+        cuda("release the context", unsafe {
+            result::primary_ctx::release(device)
+        })?;
+        tested.push(Tested {
+            id: info.id(),
+            name: info.name.clone(),
+            context: context_bytes,
+            allocated,
+            spike,
+        });
+    }
+    let stats = telemetry.sampler_stats();
+    telemetry.shutdown()?;
+    let (mut held, mut spikes) = (Vec::new(), Vec::new());
+    gpuspan::runlog::read_run_and(&scratch.join("selftest"), |record| {
+        match record.name.as_str() {
+            HELD => held.push(record),
+            SPIKE => spikes.push(record),
+            _ => {}
+        }
+    })?;
+    held.sort_by_key(|r| r.start_unix_nanos);
+    spikes.sort_by_key(|r| r.start_unix_nanos);
+    let spans = Spans { held, spikes };
+    Ok(report(
+        &tested,
+        &spans,
+        devices.len(),
+        stats.as_ref(),
+        options,
+    ))
+}
+
+/// The UUID of CUDA's device `device`: a MIG instance's own, as NVML spells it.
+///
+/// `cuDeviceGetUuid` (what cudarc's `get_uuid` calls) answers a MIG instance with the UUID
+/// of the GPU that holds it; `cuDeviceGetUuid_v2` (CUDA 11.4 on) with the instance's own.
+/// A driver older than that has no MIG instances as CUDA devices, so the first serves.
+fn device_uuid(device: sys::CUdevice) -> Result<sys::CUuuid, DriverError> {
+    type GetUuid = unsafe extern "C" fn(*mut sys::CUuuid, sys::CUdevice) -> sys::CUresult;
+    // SAFETY: the library is loaded (cuInit ran); looking a symbol up calls nothing.
+    let has_v2 = unsafe { sys::culib().get::<GetUuid>(b"cuDeviceGetUuid_v2\0") }.is_ok();
+    if !has_v2 {
+        return result::device::get_uuid(device);
+    }
+    let mut uuid = std::mem::MaybeUninit::<sys::CUuuid>::uninit();
+    // SAFETY: the driver writes the 16 bytes of a device it gave us; read only on success.
+    unsafe {
+        sys::cuDeviceGetUuid_v2(uuid.as_mut_ptr(), device).result()?;
+        Ok(uuid.assume_init())
+    }
+}
+
+/// NVML's UUID of a device (`GPU-...`) or MIG instance (`MIG-...`) without its prefix, as
+/// [`uuid_string`] spells CUDA's.
+fn uuid_body(uuid: &str) -> String {
+    uuid.split_once('-')
+        .map_or(uuid, |(_, body)| body)
+        .to_ascii_lowercase()
+}
+
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`: CUDA's UUID of a device or MIG instance.
+fn uuid_string(uuid: &sys::CUuuid) -> String {
+    let hex: Vec<String> = uuid
+        .bytes
+        .iter()
+        .map(|&b| format!("{:02x}", b as u8))
+        .collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        hex[0..4].concat(),
+        hex[4..6].concat(),
+        hex[6..8].concat(),
+        hex[8..10].concat(),
+        hex[10..16].concat()
+    )
+}
+
+/// The device's start, peak and end on `span`: its own figures with several devices in
+/// scope, the sum with one.
+fn device_memory(span: &SpanRecord, id: GpuId, in_scope: usize) -> Option<Memory> {
+    if in_scope == 1 {
+        return span.gpu;
+    }
+    let device = span.devices.iter().find(|d| d.id == id)?;
+    Some(Memory {
+        start: device.start?,
+        peak: device.peak?,
+        end: device.end?,
+    })
+}
+
+fn mib(value: u64) -> String {
+    util::mib(value as f64, 0)
+}
+
+/// One device's cells (context, allocated, held rise, spike rise, process rise) and what
+/// failed.
+struct Row {
+    cells: [String; 5],
+    failures: Vec<String>,
+}
+
+/// Checks one device's spans: the held allocation in the span's peak and in this process's
+/// figures, the two-interval spike in its span's peak.
+fn check(
+    test: &Tested,
+    held: Option<&SpanRecord>,
+    spike: Option<&SpanRecord>,
+    in_scope: usize,
+) -> Row {
+    let mut failures = Vec::new();
+    let mut rise =
+        |what: &str, span: Option<&SpanRecord>, allocation: &Result<u64, String>, process: bool| {
+            let size = match allocation {
+                Ok(size) => *size,
+                Err(why) => {
+                    failures.push(why.clone());
+                    return "-".to_owned();
+                }
+            };
+            let Some(span) = span else {
+                failures.push(format!("the {what} span was not exported"));
+                return "-".to_owned();
+            };
+            let memory = if process {
+                span.process_gpu
+            } else {
+                device_memory(span, test.id, in_scope)
+            };
+            match saw(memory, size) {
+                Some((rise, true)) => mib(rise),
+                Some((rise, false)) => {
+                    failures.push(format!("the {what} peak missed the allocation"));
+                    mib(rise)
+                }
+                // A driver that lists no processes leaves the process figures out.
+                None if process => "not listed".to_owned(),
+                None => {
+                    failures.push(format!("the {what} span has no device memory"));
+                    "-".to_owned()
+                }
+            }
+        };
+    let held_rise = rise("held", held, &test.allocated, false);
+    let spike_rise = rise("spike", spike, &test.spike, false);
+    let process_rise = rise("process", held, &test.allocated, true);
+    failures.dedup();
+    Row {
+        cells: [
+            test.context.map_or("-".into(), mib),
+            test.allocated.as_ref().map_or("-".into(), |&b| mib(b)),
+            held_rise,
+            spike_rise,
+            process_rise,
+        ],
+        failures,
+    }
+}
+
+/// Whether a rise from start to peak saw `allocated` bytes, to within the granularity.
+fn saw(memory: Option<Memory>, allocated: u64) -> Option<(u64, bool)> {
+    let memory = memory?;
+    let rise = u64::try_from(memory.peak.saturating_sub(memory.start)).unwrap_or(0);
+    Some((rise, rise + GRANULARITY >= allocated))
+}
+
+fn report(
+    tested: &[Tested],
+    spans: &Spans,
+    in_scope: usize,
+    stats: Option<&gpuspan::stats::SamplerStats>,
+    options: Options,
+) -> Outcome {
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "gpuspan selftest: {} of {in_scope} device(s) reached through CUDA, {} allocated on \
+         each, sampling every {:?}",
+        tested.len(),
+        mib(options.bytes),
+        options.interval
+    );
+    let _ = writeln!(
+        table,
+        "{:>4}  {:<24} {:>9} {:>10} {:>10} {:>11} {:>13}  result",
+        "gpu", "name", "context", "allocated", "held rise", "spike rise", "process rise"
+    );
+    let mut passed = !tested.is_empty();
+    for (i, test) in tested.iter().enumerate() {
+        let row = check(test, spans.held.get(i), spans.spikes.get(i), in_scope);
+        let result = if row.failures.is_empty() {
+            "ok".to_owned()
+        } else {
+            format!("FAILED: {}", row.failures.join("; "))
+        };
+        passed &= row.failures.is_empty();
+        let [context, allocated, held, spike, process] = row.cells;
+        let _ = writeln!(
+            table,
+            "{:>4}  {:<24} {context:>9} {allocated:>10} {held:>10} {spike:>11} {process:>13}  \
+             {result}",
+            test.id.to_string(),
+            test.name
+        );
+    }
+    if tested.is_empty() {
+        let _ = writeln!(
+            table,
+            "FAILED: no device in gpuspan's scope is visible to CUDA (CUDA_VISIBLE_DEVICES)"
+        );
+    }
+    if let Some(stats) = stats {
+        let n = u32::try_from(in_scope.max(1)).unwrap_or(1);
+        let scheduled = (stats.samples + stats.missed_ticks).max(1);
+        let _ = write!(
+            table,
+            "NVML: a memory read takes {:.1?} a device",
+            stats.memory_read / n
+        );
+        if let (Some(read), Some(every)) = (stats.process_read, stats.process_interval) {
+            let _ = write!(
+                table,
+                ", a process list {:.1?} a device (lists every {every:.0?})",
+                read / n
+            );
+        }
+        let _ = writeln!(
+            table,
+            "; the sampler kept {:.1} % of its ticks, longest gap {:.1?}",
+            100.0 * stats.samples as f64 / scheduled as f64,
+            stats.max_gap
+        );
+    }
+    Outcome { table, passed }
+}

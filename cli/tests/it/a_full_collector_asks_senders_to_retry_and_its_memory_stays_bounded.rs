@@ -1,0 +1,290 @@
+//! When the forward target is down and `gpuspan collect`'s queue is full, the collector
+//! answers what makes an OTLP exporter keep its batch and send it again (HTTP 503 with
+//! `Retry-After`, gRPC `UNAVAILABLE`), counts each refusal, and its memory stays within the
+//! queue's documented bound in decoded bytes, however many 16 MiB requests arrive.
+
+use gpuspan_test_support as support;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
+use support::fake_nvml::FakeNvml;
+use support::raw_http::post;
+
+const MIB: u64 = 1 << 20;
+
+/// The allocator's slack: memory freed but not yet given back to the system, and what the
+/// runtime, the sampler and the buffers of the connections hold.
+const SLACK: u64 = 48 * MIB;
+
+fn kv(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+/// A request of about `bytes` encoded bytes, of spans shaped as an OpenTelemetry SDK sends
+/// them (ids, a parent, a status and a handful of attributes).
+fn request_of(bytes: usize) -> ExportTraceServiceRequest {
+    let span = |i: u64| Span {
+        trace_id: vec![7; 16],
+        span_id: (i + 1).to_be_bytes().to_vec(),
+        parent_span_id: vec![9; 8],
+        name: "step".into(),
+        kind: 1,
+        start_time_unix_nano: 1_700_000_000_000_000_000 + i,
+        end_time_unix_nano: 1_700_000_000_000_100_000 + i,
+        attributes: vec![
+            kv("ml.step", any_value::Value::IntValue(i as i64)),
+            kv("ml.epoch", any_value::Value::IntValue(3)),
+            kv("batch_size", any_value::Value::IntValue(256)),
+            kv("loss", any_value::Value::DoubleValue(0.25)),
+            kv("phase", any_value::Value::StringValue("train".into())),
+            kv("model", any_value::Value::StringValue("resnet50".into())),
+        ],
+        status: Some(Status {
+            message: String::new(),
+            code: status::StatusCode::Ok as i32,
+        }),
+        ..Default::default()
+    };
+    let (mut spans, mut size) = (Vec::new(), 64);
+    while size < bytes {
+        let next = span(spans.len() as u64);
+        size += prost::Message::encoded_len(&next) + 4;
+        spans.push(next);
+    }
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv(
+                    "service.name",
+                    any_value::Value::StringValue("train".into()),
+                )],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// `VmHWM` (peak resident set) and `VmRSS` of `pid`, in bytes.
+fn memory_of(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kib| kib.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+            * 1024
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+struct Collector {
+    child: Child,
+    stderr: BufReader<std::process::ChildStderr>,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn sixteen_mib_requests_past_the_queue_get_retry_later_and_rss_stays_bounded() {
+    let fake = FakeNvml::build();
+    let dir = tempfile::tempdir().unwrap();
+    let (grpc_port, http_port) = (
+        support::receiver::unused_port(),
+        support::receiver::unused_port(),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+        .args([
+            "collect",
+            "--grpc",
+            &format!("127.0.0.1:{grpc_port}"),
+            "--http",
+            &format!("127.0.0.1:{http_port}"),
+        ])
+        .current_dir(dir.path())
+        .env("GPUSPAN_NVML_LIB", fake.path())
+        .env("GPUSPAN_RUN_DIR", dir.path().join("runs"))
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            support::receiver::unused_endpoint(),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut collector = Collector {
+        stderr: BufReader::new(child.stderr.take().unwrap()),
+        child,
+    };
+    let mut line = String::new();
+    collector.stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("gpuspan collect: OTLP"), "{line}");
+
+    let request = request_of((16 * MIB - 64 * 1024) as usize);
+    let body = prost::Message::encode_to_vec(&request);
+    assert!(body.len() as u64 <= 16 * MIB);
+    let (_, baseline) = memory_of(pid);
+    let bound = gpuspan_cli::collect::DEFAULT_MAX_QUEUE_BYTES as u64;
+    // Besides the queue, what one request in flight holds while it is read, decoded and
+    // queued or refused (the test sends one at a time): its body and its decoded form.
+    let in_flight = body.len() as u64 + gpuspan_cli::collect::queued_bytes(&request) as u64;
+    let allowance = in_flight + SLACK;
+    let limit = baseline + bound + allowance;
+    eprintln!(
+        "baseline {} MiB, queue bound {} MiB, allowance {} MiB (a request in flight {} MiB)",
+        baseline / MIB,
+        bound / MIB,
+        allowance / MIB,
+        in_flight / MIB
+    );
+    let http: std::net::SocketAddr = ([127, 0, 0, 1], http_port).into();
+
+    // More 16 MiB requests than the queue holds, one at a time; once the queue is full
+    // the answers are "retry later", and the peak RSS never passes the bound.
+    let (mut accepted, mut refused) = (0u64, 0u64);
+    let started = Instant::now();
+    for i in 0..40 {
+        let reply = post(
+            http,
+            "/v1/traces",
+            &[("Content-Type", "application/x-protobuf")],
+            &body,
+        );
+        let (peak, now) = memory_of(pid);
+        eprintln!(
+            "request {i}: HTTP {} after {:?}; RSS {} MiB, peak {} MiB",
+            reply.status,
+            started.elapsed(),
+            now / MIB,
+            peak / MIB
+        );
+        assert!(
+            peak <= limit,
+            "after request {i} ({accepted} accepted, {refused} refused) the collector's \
+             peak RSS is {} MiB: over its {} MiB baseline + the {} MiB queue bound + {} MiB",
+            peak / MIB,
+            baseline / MIB,
+            bound / MIB,
+            allowance / MIB
+        );
+        match reply.status {
+            200 => accepted += 1,
+            503 => {
+                let after = reply
+                    .header("retry-after")
+                    .unwrap_or_else(|| panic!("a 503 without Retry-After: {:?}", reply.headers));
+                assert!(
+                    after.parse::<u32>().is_ok_and(|s| s >= 1),
+                    "Retry-After: {after}"
+                );
+                refused += 1;
+            }
+            other => panic!("request {i}: HTTP {other}: {reply:?}"),
+        }
+        if refused >= 3 || started.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+    }
+    assert!(accepted >= 1, "the first requests fit the queue");
+    assert!(
+        refused >= 3,
+        "{accepted} accepted, none refused: the queue is not bounded"
+    );
+
+    // The same over gRPC: UNAVAILABLE, which OTLP/gRPC exporters retry.
+    let grpc_refused = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut client = TraceServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
+                .await
+                .unwrap()
+                .max_encoding_message_size(usize::MAX);
+            let mut refused = 0u64;
+            for _ in 0..10 {
+                match client.export(request.clone()).await {
+                    Ok(_) => {}
+                    Err(status) => {
+                        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                        refused += 1;
+                        break;
+                    }
+                }
+            }
+            refused
+        });
+    assert_eq!(
+        grpc_refused, 1,
+        "gRPC answers UNAVAILABLE once the queue is full"
+    );
+    let (peak, _) = memory_of(pid);
+    assert!(peak <= limit, "peak RSS {} MiB after gRPC", peak / MIB);
+
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) }, 0);
+    let status = collector.child.wait().unwrap();
+    let mut rest = String::new();
+    collector.stderr.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{status}: {rest}");
+    let summary = rest
+        .lines()
+        .find(|l| l.contains("spans received"))
+        .unwrap_or_else(|| panic!("no summary: {rest}"));
+    // The count just before `phrase`.
+    let number_before = |phrase: &str| -> u64 {
+        let (before, _) = summary
+            .split_once(phrase)
+            .unwrap_or_else(|| panic!("no '{phrase}' in: {summary}"));
+        before
+            .trim_end_matches([' ', ',', ';'])
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count before '{phrase}' in: {summary}"))
+    };
+    assert_eq!(
+        number_before("requests refused"),
+        refused + grpc_refused,
+        "every refusal is counted: {summary}"
+    );
+    assert_eq!(
+        number_before("requests rejected"),
+        0,
+        "a refusal is not an error: {summary}"
+    );
+    let received = number_before("spans received");
+    assert_eq!(
+        received,
+        number_before("forwarded") + number_before("dropped"),
+        "every span taken in is forwarded or counted as dropped: {summary}"
+    );
+    assert_eq!(
+        received % request.resource_spans[0].scope_spans[0].spans.len() as u64,
+        0
+    );
+}

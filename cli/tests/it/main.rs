@@ -1,0 +1,43 @@
+//! The integration tests of the `gpuspan` command and the collector that can share a
+//! process, gathered into one test binary so that `cargo test` links the crates once for
+//! them instead of once per file. Each module is one behaviour, named as a sentence. A test
+//! that needs the process to itself stays a file of its own in `cli/tests/`.
+//!
+//! The tests here run on parallel threads: none may set a variable, change the current
+//! directory or install anything process-wide; a program that must do so runs as a child.
+mod a_bad_watch_interval_is_a_usage_error_that_names_the_flag;
+mod a_collector_starts_works_and_stops_inside_a_tokio_runtime;
+mod a_forward_target_that_comes_back_gets_every_span_the_collector_took_in;
+mod a_forward_target_that_is_down_does_not_stall_the_programs_exports;
+mod a_full_collector_asks_senders_to_retry_and_its_memory_stays_bounded;
+mod a_hangup_sent_to_gpuspan_run_s_process_group_reaches_its_command;
+mod a_rank_that_runs_out_of_memory_is_announced_to_the_other_ranks;
+mod a_request_small_compressed_but_huge_decoded_is_refused_before_it_is_decoded;
+mod ctrl_c_at_a_terminal_reaches_the_command_under_gpuspan_run_once;
+mod gpuspan_collect_enriches_otlp_json_and_stops_on_sigterm;
+mod gpuspan_diff_catches_the_memory_a_change_adds_to_the_train_example;
+mod gpuspan_diff_compares_what_both_runs_have_and_names_the_rest;
+mod gpuspan_diff_exits_2_on_bad_input_naming_the_file_the_line_and_the_fix;
+mod gpuspan_diff_passes_equal_runs_and_fails_a_peak_grown_past_the_limit;
+mod gpuspan_run_passes_exit_codes_and_signals_through;
+mod gpuspan_run_under_a_job_control_shell_stops_resumes_and_stays_in_the_background;
+mod gpuspan_selftest_proves_the_peak_on_the_fake_driver_pair;
+mod gpuspan_torch_is_a_switch_like_every_other_setting;
+mod malformed_otlp_requests_are_answered_with_protocol_errors_and_counted;
+mod many_connections_at_once_hold_gpuspan_collect_to_its_bound;
+mod once_its_command_has_ended_gpuspan_run_gives_the_signals_back_their_usual_course;
+mod python_spans_under_gpuspan_run_carry_exact_gpu_memory;
+mod ranks_started_by_mpirun_share_one_job_directory_and_hear_of_each_other_s_oom;
+mod report_command_draws_the_per_epoch_table;
+mod report_command_writes_svg_and_png_pictures;
+mod report_gives_the_same_batch_size_fit_as_the_run;
+mod report_on_a_job_names_the_worst_rank_the_skew_and_the_slowest_rank;
+mod spans_from_the_rust_macros_pass_the_collector_unchanged;
+mod tensorboard_reads_back_every_step_and_epoch_scalar;
+mod the_drivers_accounting_checks_this_process_peak_as_the_run_ends;
+mod the_forward_queue_counts_the_memory_figures_enrichment_adds_to_each_span;
+mod the_html_report_shows_a_20ms_spike_in_headless_chromium;
+mod the_job_page_draws_a_lane_per_rank_in_headless_chromium;
+mod the_report_says_how_well_the_sampler_kept_its_cadence;
+mod the_run_directory_keeps_every_change_of_memory_in_a_timeline;
+mod watch_command_prints_every_device;
