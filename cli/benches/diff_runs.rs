@@ -8,7 +8,7 @@
 //!   the command does;
 //! - `render`: the table and the JSON of the outcome.
 //!
-//! `cargo bench --features cli --bench diff_runs`
+//! `cargo bench -p gpuspan-cli --bench diff_runs`
 
 use std::io::Write as _;
 use std::path::Path;
