@@ -1,9 +1,9 @@
 //! `gpuspan diff BASE NEW`: two runs compared, so that a change that costs memory is seen
 //! before it ships. Each side is a run directory, a job's directory or an OTLP/JSON traces
 //! file; the spans are lined up by rank, span name, device, epoch and `ml.step`
-//! ([`align`]), compared figure by figure over what both sides have ([`compare`]) and held
-//! to the `--max-increase` limits ([`limits`]); the outcome prints as a table, Markdown,
-//! HTML or JSON ([`render`]).
+//! (`align.rs`), compared figure by figure over what both sides have (`compare.rs`) and held
+//! to the `--max-increase` limits (`limits.rs`); the outcome prints as a table, Markdown,
+//! HTML or JSON (`render.rs`).
 //!
 //! Reading is the only cost that grows with the runs: the two sides are read at once, on
 //! two threads.
