@@ -40,6 +40,7 @@
  *      FAKE_NVML_MIG           gpu:count[:total_mib][,...]: that GPU is in MIG
  *                              mode with count instances of total_mib each
  *                              (default 16384); see "MIG" below
+ *      FAKE_NVML_POWER_W       every GPU draws that many watts (default 300)
  *      FAKE_NVML_ACCOUNTED_PEAK_MIB  the driver's accounted peak of the calling
  *                              process on device 0, as if it had held that
  *                              much between two process lists
@@ -70,6 +71,25 @@
  * functions, FAKE_NVML_FAIL, FAKE_NVML_TIMELINE and the live file's lines. An
  * instance has its own memory and processes, UUID MIG-...-<g>-<m>, and no
  * utilization counters (NOT_SUPPORTED, as NVML).
+ *
+ * Energy and power: each GPU draws a scripted power (fake_nvml_set_power, a
+ * timeline of milliwatts on the power clock, fake_nvml_set_power_timeline, or
+ * FAKE_NVML_POWER_W; 300 W by default), which nvmlDeviceGetPowerUsage reports
+ * as it is now. nvmlDeviceGetTotalEnergyConsumption reports the millijoules
+ * since the driver loaded: its base (5,000,000 mJ) plus the power integrated
+ * up to the last whole quantum (100 ms) of the power clock, so the counter
+ * moves in steps, as a real one that updates every 20 to 100 ms.
+ * fake_nvml_reload_driver starts every counter again from zero, as a driver
+ * reload does. The power clock starts with the library's state and is never
+ * restarted by fake_nvml_start_timeline; fake_nvml_power_clock_ns reads it.
+ * A MIG instance answers NOT_SUPPORTED for both: the counter is the GPU's.
+ *
+ * Clock event reasons: nvmlDeviceGetCurrentClocksEventReasons (and the older
+ * nvmlDeviceGetCurrentClocksThrottleReasons) report the bits set by
+ * fake_nvml_set_clocks_event_reasons (none by default), and
+ * nvmlDeviceGetClockInfo(NVML_CLOCK_SM) the SM clock of fake_nvml_set_sm_clock
+ * (1980 MHz by default). The live file scripts them too: lines "power <device>
+ * <milliwatts>", "reasons <device> <bits>" and "sm_clock <device> <mhz>".
  *
  * Build with -DFAKE_NVML_NO_PROCESS_QUERIES to leave out the two process
  * query symbols, as a driver that lacks them would.
@@ -181,6 +201,13 @@ typedef struct nvmlProcessInfo_st {
 #define FAKE_CUDA_DRIVER_VERSION 12080
 #define FAKE_DEFAULT_NAME "NVIDIA H200 (fake)"
 
+#define FAKE_DEFAULT_POWER_MW 300000ull
+#define FAKE_DEFAULT_ENERGY_BASE_MJ 5000000ull
+#define FAKE_DEFAULT_SM_MHZ 1980u
+/* How often the energy counter moves: it holds the integral up to the last quantum. */
+#define FAKE_ENERGY_QUANTUM_NS 100000000ull
+#define NVML_CLOCK_SM 1
+
 typedef struct fake_process {
     unsigned int pid;
     unsigned long long used;
@@ -214,6 +241,13 @@ typedef struct nvmlDevice_st {
     int accounting;
     fake_process accounted[FAKE_MAX_PROCESSES]; /* pid and its highest usage */
     unsigned int accounted_count;
+    unsigned long long power_mw; /* before the power timeline's first point */
+    fake_point *power;           /* at_ns on the power clock, used = milliwatts */
+    unsigned int power_count;
+    unsigned long long energy_base_mj; /* the counter at energy_origin_ns */
+    unsigned long long energy_origin_ns; /* on the power clock: load or last reload */
+    unsigned long long clock_reasons;
+    unsigned int sm_mhz;
 } *nvmlDevice_t;
 
 /* nvmlAccountingStats_t (nvmlAccountingStats_st). */
@@ -261,6 +295,11 @@ enum {
     F_nvmlDeviceGetMigDeviceHandleByIndex,
     F_nvmlDeviceIsMigDeviceHandle,
     F_nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+    F_nvmlDeviceGetTotalEnergyConsumption,
+    F_nvmlDeviceGetPowerUsage,
+    F_nvmlDeviceGetCurrentClocksEventReasons,
+    F_nvmlDeviceGetCurrentClocksThrottleReasons,
+    F_nvmlDeviceGetClockInfo,
     F_COUNT
 };
 
@@ -291,6 +330,11 @@ static const char *const fn_names[F_COUNT] = {
     "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceIsMigDeviceHandle",
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetClockInfo",
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -304,6 +348,7 @@ static fake_error g_errors[FAKE_MAX_ERRORS];
 static unsigned int g_error_count;
 static unsigned long long g_calls[F_COUNT];
 static unsigned long long g_timeline_start_ns;
+static unsigned long long g_power_start_ns; /* the power clock's zero */
 static char g_live_file[4096]; /* FAKE_NVML_LIVE_FILE, empty when unset */
 /* Per-call latency of each entry point, in us; read without the state mutex. */
 static volatile unsigned int g_latency_us[F_COUNT];
@@ -334,7 +379,11 @@ static void copy_str(char *dst, size_t cap, const char *src) {
 static void reset_device_locked(unsigned int i) {
     struct nvmlDevice_st *d = &g_devices[i];
     free(d->timeline);
+    free(d->power);
     memset(d, 0, sizeof(*d));
+    d->power_mw = FAKE_DEFAULT_POWER_MW;
+    d->energy_base_mj = FAKE_DEFAULT_ENERGY_BASE_MJ;
+    d->sm_mhz = FAKE_DEFAULT_SM_MHZ;
     if (i < FAKE_MAX_DEVICES) {
         d->index = i;
         copy_str(d->name, sizeof(d->name), FAKE_DEFAULT_NAME);
@@ -377,6 +426,7 @@ static void reset_locked(void) {
     }
     __atomic_store_n(&g_driver_lock_held_ns, 0ull, __ATOMIC_RELAXED);
     g_timeline_start_ns = now_ns();
+    g_power_start_ns = g_timeline_start_ns;
     g_live_file[0] = '\0';
     g_defaults_done = 1;
 }
@@ -426,6 +476,12 @@ static void live_apply_locked(void) {
         unsigned int dev = 0, pid = 0;
         if (sscanf(line, "used %u %llu", &dev, &bytes) == 2 && dev < FAKE_SLOTS) {
             g_devices[dev].used = bytes;
+        } else if (sscanf(line, "power %u %llu", &dev, &bytes) == 2 && dev < FAKE_SLOTS) {
+            g_devices[dev].power_mw = bytes;
+        } else if (sscanf(line, "reasons %u %llu", &dev, &bytes) == 2 && dev < FAKE_SLOTS) {
+            g_devices[dev].clock_reasons = bytes;
+        } else if (sscanf(line, "sm_clock %u %llu", &dev, &bytes) == 2 && dev < FAKE_SLOTS) {
+            g_devices[dev].sm_mhz = (unsigned int)bytes;
         } else if (sscanf(line, "process %u %u %llu", &pid, &dev, &bytes) == 3 &&
                    dev < FAKE_SLOTS && g_devices[dev].compute_count < FAKE_MAX_PROCESSES) {
             fake_process *p = &g_devices[dev].compute[g_devices[dev].compute_count++];
@@ -591,6 +647,63 @@ static unsigned long long used_now_locked(const struct nvmlDevice_st *d) {
         return d->used + rss_bytes();
     }
     return d->used;
+}
+
+/* Nanoseconds on the power clock now. */
+static unsigned long long power_clock_locked(void) {
+    unsigned long long now = now_ns();
+    return now >= g_power_start_ns ? now - g_power_start_ns : 0;
+}
+
+/* The power d draws at `at` on the power clock, in mW: the timeline's latest
+ * point at or before it, else the set power. */
+static unsigned long long power_at_locked(const struct nvmlDevice_st *d, unsigned long long at) {
+    int found = 0;
+    unsigned long long best_at = 0, best = d->power_mw;
+    for (unsigned int i = 0; i < d->power_count; i++) {
+        const fake_point *p = &d->power[i];
+        if (p->at_ns <= at && (!found || p->at_ns >= best_at)) {
+            found = 1;
+            best_at = p->at_ns;
+            best = p->used;
+        }
+    }
+    return best;
+}
+
+/* The first timeline point of d after `at`, or `limit` when none comes before it. */
+static unsigned long long next_power_change_locked(const struct nvmlDevice_st *d, unsigned long long at,
+                                                   unsigned long long limit) {
+    unsigned long long next = limit;
+    for (unsigned int i = 0; i < d->power_count; i++) {
+        if (d->power[i].at_ns > at && d->power[i].at_ns < next) {
+            next = d->power[i].at_ns;
+        }
+    }
+    return next;
+}
+
+/* The energy d drew from `from` to `to` on the power clock, in mW x ns. */
+static unsigned __int128 power_integral_locked(const struct nvmlDevice_st *d, unsigned long long from,
+                                               unsigned long long to) {
+    unsigned __int128 sum = 0;
+    unsigned long long at = from;
+    while (at < to) {
+        unsigned long long next = next_power_change_locked(d, at, to);
+        sum += (unsigned __int128)power_at_locked(d, at) * (next - at);
+        at = next;
+    }
+    return sum;
+}
+
+/* The energy counter of d as a read now sees it, in mJ: it moves once a quantum. */
+static unsigned long long energy_now_locked(const struct nvmlDevice_st *d) {
+    unsigned long long quantum = power_clock_locked() / FAKE_ENERGY_QUANTUM_NS * FAKE_ENERGY_QUANTUM_NS;
+    if (quantum <= d->energy_origin_ns) {
+        return d->energy_base_mj;
+    }
+    return d->energy_base_mj +
+           (unsigned long long)(power_integral_locked(d, d->energy_origin_ns, quantum) / 1000000000u);
 }
 
 /* ---- environment ---- */
@@ -773,6 +886,11 @@ static void apply_env_locked(void) {
         fake_process *p = accounted_locked(&g_devices[0], (unsigned int)getpid());
         if (p != NULL && x * FAKE_MIB > p->used) {
             p->used = x * FAKE_MIB;
+        }
+    }
+    if (env_ull("FAKE_NVML_POWER_W", &x)) {
+        for (unsigned int i = 0; i < FAKE_SLOTS; i++) {
+            g_devices[i].power_mw = x * 1000ull;
         }
     }
     s = getenv("FAKE_NVML_FOLLOW_RSS");
@@ -1291,6 +1409,71 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice
     return rc;
 }
 
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetTotalEnergyConsumption, device, energy, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (d->is_mig) {
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    } else {
+        *energy = energy_now_locked(d);
+    }
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetPowerUsage, device, power, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (d->is_mig) {
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    } else {
+        *power = (unsigned int)power_at_locked(d, power_clock_locked());
+    }
+    unlock_state();
+    return rc;
+}
+
+static nvmlReturn_t clocks_event_reasons(int f, nvmlDevice_t device, unsigned long long *reasons) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(f, device, reasons, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    *reasons = d->clock_reasons;
+    unlock_state();
+    return rc;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    return clocks_event_reasons(F_nvmlDeviceGetCurrentClocksEventReasons, device, reasons);
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                                   unsigned long long *reasons) {
+    return clocks_event_reasons(F_nvmlDeviceGetCurrentClocksThrottleReasons, device, reasons);
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
+    struct nvmlDevice_st *d = NULL;
+    int rc = enter_device(F_nvmlDeviceGetClockInfo, device, clock, &d);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (type != NVML_CLOCK_SM) {
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    } else {
+        *clock = d->sm_mhz;
+    }
+    unlock_state();
+    return rc;
+}
+
 #ifndef FAKE_NVML_NO_PROCESS_QUERIES
 /*
  * The NVML sizing protocol: when *infoCount is smaller than the number of
@@ -1595,6 +1778,95 @@ FAKE_EXPORT int fake_nvml_set_mig(unsigned int dev, int count, unsigned long lon
 /* The device slot of MIG instance mig of GPU dev. */
 FAKE_EXPORT unsigned int fake_nvml_mig_slot(unsigned int dev, unsigned int mig) {
     return mig_slot(dev, mig);
+}
+
+/* dev draws mw milliwatts from now on (and before its power timeline's first point). */
+FAKE_EXPORT int fake_nvml_set_power(unsigned int dev, unsigned long long mw) {
+    if (dev >= FAKE_SLOTS) {
+        return -1;
+    }
+    lock_control();
+    g_devices[dev].power_mw = mw;
+    unlock_state();
+    return 0;
+}
+
+/* The power of dev follows the point with the largest at_ns <= the power clock
+ * (fake_nvml_power_clock_ns); count 0 clears the timeline. */
+FAKE_EXPORT int fake_nvml_set_power_timeline(unsigned int dev, const unsigned long long *at_ns,
+                                             const unsigned long long *mw, unsigned int count) {
+    if (dev >= FAKE_SLOTS || (count > 0 && (at_ns == NULL || mw == NULL))) {
+        return -1;
+    }
+    fake_point *points = NULL;
+    if (count > 0) {
+        points = malloc(sizeof(fake_point) * count);
+        if (points == NULL) {
+            return -1;
+        }
+        for (unsigned int i = 0; i < count; i++) {
+            points[i].at_ns = at_ns[i];
+            points[i].used = mw[i];
+        }
+    }
+    lock_control();
+    free(g_devices[dev].power);
+    g_devices[dev].power = points;
+    g_devices[dev].power_count = count;
+    unlock_state();
+    return 0;
+}
+
+/* Nanoseconds on the power clock, which the power timelines and quanta follow. */
+FAKE_EXPORT unsigned long long fake_nvml_power_clock_ns(void) {
+    lock_state();
+    unsigned long long at = power_clock_locked();
+    unlock_state();
+    return at;
+}
+
+/* What nvmlDeviceGetTotalEnergyConsumption of dev reports now, without counting a call. */
+FAKE_EXPORT unsigned long long fake_nvml_current_energy(unsigned int dev) {
+    if (dev >= FAKE_SLOTS) {
+        return 0;
+    }
+    lock_state();
+    unsigned long long energy = energy_now_locked(&g_devices[dev]);
+    unlock_state();
+    return energy;
+}
+
+/* A driver reload: every GPU's energy counter starts again from zero now. */
+FAKE_EXPORT void fake_nvml_reload_driver(void) {
+    lock_control();
+    unsigned long long at = power_clock_locked();
+    for (unsigned int i = 0; i < FAKE_SLOTS; i++) {
+        g_devices[i].energy_base_mj = 0;
+        g_devices[i].energy_origin_ns = at;
+    }
+    unlock_state();
+}
+
+/* The clock event reasons dev reports (NVML's nvmlClocksEventReason* bits). */
+FAKE_EXPORT int fake_nvml_set_clocks_event_reasons(unsigned int dev, unsigned long long reasons) {
+    if (dev >= FAKE_SLOTS) {
+        return -1;
+    }
+    lock_control();
+    g_devices[dev].clock_reasons = reasons;
+    unlock_state();
+    return 0;
+}
+
+/* The SM clock dev reports, in MHz. */
+FAKE_EXPORT int fake_nvml_set_sm_clock(unsigned int dev, unsigned int mhz) {
+    if (dev >= FAKE_SLOTS) {
+        return -1;
+    }
+    lock_control();
+    g_devices[dev].sm_mhz = mhz;
+    unlock_state();
+    return 0;
 }
 
 /* How many nvmlInit calls have not been matched by nvmlShutdown. */

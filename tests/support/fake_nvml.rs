@@ -23,7 +23,8 @@
 //! Defaults: 1 device named `NVIDIA H200 (fake)`, UUID
 //! `GPU-00000000-0000-0000-0000-00000000000N` (N = index, 12 decimal
 //! digits), 143771 MiB total, 1024 MiB used, utilisation 0/0, no processes,
-//! driver version `570.86.15`.
+//! driver version `570.86.15`, 300 W drawn (an energy counter at 5,000,000 mJ that moves
+//! every 100 ms), no clock event reasons, an SM clock of 1980 MHz.
 //!
 //! Every call answers at once unless a latency is set ([`FakeNvml::set_latency`],
 //! [`FakeNvml::set_realistic_latencies`]). With `GPUSPAN_TEST_FAKE_LATENCY=realistic` in
@@ -56,6 +57,26 @@ pub const DEFAULT_USED: u64 = 1024 * MIB;
 
 /// Driver version the fake reports.
 pub const DRIVER_VERSION: &str = "570.86.15";
+
+/// The power every fake GPU draws unless set, in milliwatts.
+pub const DEFAULT_POWER_MW: u64 = 300_000;
+
+/// The energy counter of a fake GPU as it loads, in millijoules.
+pub const ENERGY_BASE_MJ: u64 = 5_000_000;
+
+/// How often a fake GPU's energy counter moves.
+pub const ENERGY_QUANTUM: Duration = Duration::from_millis(100);
+
+/// NVML's clock event reasons (`nvmlClocksEventReason*`), for
+/// [`FakeNvml::set_clocks_event_reasons`].
+pub mod reason {
+    pub const GPU_IDLE: u64 = 0x1;
+    pub const SW_POWER_CAP: u64 = 0x4;
+    pub const HW_SLOWDOWN: u64 = 0x8;
+    pub const SW_THERMAL_SLOWDOWN: u64 = 0x20;
+    pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
+    pub const HW_POWER_BRAKE: u64 = 0x80;
+}
 
 /// `realistic` here gives every fake a real driver's latencies, the fakes of the programs a
 /// test starts included (they read it at their first `nvmlInit`): helpers that clear
@@ -397,6 +418,83 @@ impl FakeNvml {
         unsafe {
             self.sym::<unsafe extern "C" fn(c_uint) -> c_ulonglong>("fake_nvml_current_used")(dev)
         }
+    }
+
+    /// `dev` draws `milliwatts` from now on (before its power timeline's first point).
+    pub fn set_power(&self, dev: u32, milliwatts: u64) {
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_ulonglong) -> c_int>("fake_nvml_set_power")(
+                dev, milliwatts,
+            )
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev}");
+    }
+
+    /// Scripted power of `dev`, in milliwatts: a read returns the point with the latest
+    /// offset at or before [`FakeNvml::power_clock`]; the energy counter integrates it. An
+    /// empty slice clears the timeline.
+    pub fn set_power_timeline(&self, dev: u32, points: &[(Duration, u64)]) {
+        let at: Vec<c_ulonglong> = points
+            .iter()
+            .map(|p| u64::try_from(p.0.as_nanos()).unwrap_or(u64::MAX))
+            .collect();
+        let milliwatts: Vec<c_ulonglong> = points.iter().map(|p| p.1).collect();
+        let count = c_uint::try_from(points.len()).expect("timeline length fits in u32");
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(
+                c_uint,
+                *const c_ulonglong,
+                *const c_ulonglong,
+                c_uint,
+            ) -> c_int>("fake_nvml_set_power_timeline")(
+                dev,
+                at.as_ptr(),
+                milliwatts.as_ptr(),
+                count,
+            )
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev}");
+    }
+
+    /// The power clock: the power timelines' offsets and the energy counter's 100 ms
+    /// quanta count from its zero (the creation of `self`; never restarted).
+    pub fn power_clock(&self) -> Duration {
+        Duration::from_nanos(unsafe {
+            self.sym::<unsafe extern "C" fn() -> c_ulonglong>("fake_nvml_power_clock_ns")()
+        })
+    }
+
+    /// What `nvmlDeviceGetTotalEnergyConsumption` of `dev` reports now, in millijoules,
+    /// without counting as a call.
+    pub fn current_energy(&self, dev: u32) -> u64 {
+        unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint) -> c_ulonglong>("fake_nvml_current_energy")(dev)
+        }
+    }
+
+    /// A driver reload: every energy counter starts again from zero now.
+    pub fn reload_driver(&self) {
+        unsafe { self.sym::<unsafe extern "C" fn()>("fake_nvml_reload_driver")() }
+    }
+
+    /// The clock event reasons `dev` reports (NVML's `nvmlClocksEventReason*` bits).
+    pub fn set_clocks_event_reasons(&self, dev: u32, reasons: u64) {
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_ulonglong) -> c_int>(
+                "fake_nvml_set_clocks_event_reasons",
+            )(dev, reasons)
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev}");
+    }
+
+    /// The SM clock `dev` reports, in MHz.
+    pub fn set_sm_clock(&self, dev: u32, mhz: u32) {
+        let rc = unsafe {
+            self.sym::<unsafe extern "C" fn(c_uint, c_uint) -> c_int>("fake_nvml_set_sm_clock")(
+                dev, mhz,
+            )
+        };
+        assert_eq!(rc, 0, "fake NVML: bad device {dev}");
     }
 
     fn assert_known(&self, function: &str) {
