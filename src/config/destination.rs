@@ -76,7 +76,7 @@ pub(crate) fn destination(
         Exporter::RunDir => return Ok(Destination::RunDir),
     }
     let protocol = layered(&table::PROTOCOL, code.protocol, on, env)?
-        .map_or(Protocol::HttpProtobuf, |(p, _)| p);
+        .map_or_else(table::PROTOCOL.value, |(p, _)| p);
     let own_var = table::ENDPOINT.setting.vars.precedence(on)[0];
     let endpoint = match endpoint {
         // A signal's own variable is the full URL, used as is.
@@ -84,8 +84,8 @@ pub(crate) fn destination(
         Some((base, _)) => with_signal_path(base, protocol, http_path(signal)),
         None => {
             let base = match protocol {
-                Protocol::Grpc => "http://localhost:4317",
-                Protocol::HttpProtobuf => "http://localhost:4318",
+                Protocol::Grpc => table::DEFAULT_GRPC_ENDPOINT,
+                Protocol::HttpProtobuf => table::DEFAULT_HTTP_ENDPOINT,
             };
             with_signal_path(base.to_owned(), protocol, http_path(signal))
         }
@@ -101,9 +101,9 @@ pub(crate) fn destination(
         headers.push((key.clone(), value.clone()));
     }
     let timeout = layered(&table::TIMEOUT, code.timeout, on, env)?
-        .map_or(Duration::from_secs(10), |(t, _)| t);
+        .map_or_else(table::TIMEOUT.value, |(t, _)| t);
     let compression = layered(&table::COMPRESSION, code.compression, on, env)?
-        .map_or(Compression::None, |(c, _)| c);
+        .map_or_else(table::COMPRESSION.value, |(c, _)| c);
     Ok(Destination::Otlp(OtlpTarget {
         endpoint,
         protocol,

@@ -9,176 +9,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::error::{InvalidValue, SettingError};
+use super::error::InvalidValue;
 use super::kinds::{COMPRESSIONS, EXPORTERS, PROTOCOLS};
 use super::parse::{self, *};
+pub(crate) use super::row::{Defaulted, Row, Setting, Signal, Vars};
 use super::vars::*;
 use super::{Compression, Exporter, Protocol};
 use crate::source::DeviceScope;
-
-/// One setting, as users see it.
-#[derive(Debug, Clone, Copy)]
-pub struct Setting {
-    /// Its name: the Python keyword.
-    pub name: &'static str,
-    /// The `Builder` method that sets it in code (beating the variables); empty for a
-    /// setting only the environment sets (see [`Setting::in_code`]).
-    pub setter: &'static str,
-    /// The variables that set it when code does not.
-    pub vars: Vars,
-    /// What a variable's value may be.
-    pub expected: &'static str,
-    /// What applies when nothing sets it.
-    pub default: &'static str,
-}
-
-impl Setting {
-    /// Whether code sets it too (a `Builder` setter and a keyword of Python's `init()`),
-    /// not only the environment (the PyTorch integration's switches).
-    pub fn in_code(&self) -> bool {
-        !self.setter.is_empty()
-    }
-}
-
-/// The variables of a setting, in precedence order.
-#[derive(Debug, Clone, Copy)]
-pub enum Vars {
-    /// None: only code sets it.
-    CodeOnly,
-    /// The first of these that is set.
-    Ordered(&'static [&'static str]),
-    /// One per signal, each before the one for every signal.
-    PerSignal {
-        /// For traces.
-        traces: &'static str,
-        /// For metrics.
-        metrics: &'static str,
-        /// For every signal.
-        every: &'static str,
-    },
-}
-
-/// Which signal a setting is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Signal {
-    Traces,
-    Metrics,
-}
-
-impl Vars {
-    /// Every variable, in precedence order (per signal: traces', metrics', every signal's).
-    pub fn names(&self) -> Vec<&'static str> {
-        match *self {
-            Vars::CodeOnly => Vec::new(),
-            Vars::Ordered(names) => names.to_vec(),
-            Vars::PerSignal {
-                traces,
-                metrics,
-                every,
-            } => vec![traces, metrics, every],
-        }
-    }
-
-    /// The variables read for `signal`, first one first.
-    pub(crate) fn precedence(&self, signal: Option<Signal>) -> Vec<&'static str> {
-        match (*self, signal) {
-            (Vars::PerSignal { traces, every, .. }, Some(Signal::Traces)) => vec![traces, every],
-            (Vars::PerSignal { metrics, every, .. }, Some(Signal::Metrics)) => {
-                vec![metrics, every]
-            }
-            (Vars::PerSignal { every, .. }, None) => vec![every],
-            (vars, _) => vars.names(),
-        }
-    }
-}
-
-/// A setting with its parser and its bounds.
-pub(crate) struct Row<T: 'static> {
-    pub(crate) setting: Setting,
-    /// Reads a variable's text (or text given in code).
-    pub(crate) parse: fn(&str) -> Result<T, InvalidValue>,
-    /// Bounds every value meets, from code or a variable; `Err` says what would do.
-    pub(crate) check: fn(&T) -> Result<(), &'static str>,
-}
-
-fn accept<T>(_: &T) -> Result<(), &'static str> {
-    Ok(())
-}
-
-impl<T> Row<T> {
-    pub(crate) const fn new(
-        name: &'static str,
-        vars: Vars,
-        expected: &'static str,
-        default: &'static str,
-        parse: fn(&str) -> Result<T, InvalidValue>,
-    ) -> Self {
-        Row {
-            setting: Setting {
-                name,
-                setter: name,
-                vars,
-                expected,
-                default,
-            },
-            parse,
-            check: accept::<T>,
-        }
-    }
-
-    /// The row with a setter named unlike the setting (one entry per call).
-    pub(crate) const fn setter(mut self, setter: &'static str) -> Self {
-        self.setting.setter = setter;
-        self
-    }
-
-    /// The row of a setting only the environment sets: no setter, no Python keyword.
-    pub(crate) const fn environment_only(mut self) -> Self {
-        self.setting.setter = "";
-        self
-    }
-
-    /// The row with bounds.
-    pub(crate) const fn checked(mut self, check: fn(&T) -> Result<(), &'static str>) -> Self {
-        self.check = check;
-        self
-    }
-
-    /// The row with a value of its own when nothing sets it: `value` gives it, and the
-    /// row's default text (what people read) says it, which a unit test holds them to.
-    pub(crate) const fn defaults_to(self, value: fn() -> T) -> Defaulted<T> {
-        Defaulted { row: self, value }
-    }
-
-    /// Parses `text` and checks the bounds.
-    pub(crate) fn read(&self, text: &str) -> Result<T, InvalidValue> {
-        let value = (self.parse)(text)?;
-        (self.check)(&value).map_err(|expected| InvalidValue::new(text, expected))?;
-        Ok(value)
-    }
-
-    /// Reads text given to the builder, named after the setter.
-    pub(crate) fn read_code(&self, text: &str) -> Result<T, SettingError> {
-        self.read(text)
-            .map_err(|error| error.named(self.setting.setter, text))
-    }
-}
-
-/// A row whose default is one value: the one definition of that default, which code,
-/// the row's default text and the documentation read.
-pub(crate) struct Defaulted<T: 'static> {
-    pub(crate) row: Row<T>,
-    /// The value when neither code nor a variable sets one.
-    pub(crate) value: fn() -> T,
-}
-
-impl<T> std::ops::Deref for Defaulted<T> {
-    type Target = Row<T>;
-
-    fn deref(&self) -> &Row<T> {
-        &self.row
-    }
-}
 
 /// The rows of the settings this module resolves; diagnosis and the pictures keep theirs
 /// next to their code, and `telemetry::settings` lists all of them.
@@ -195,10 +32,10 @@ pub(crate) const ROWS: &[Setting] = &[
     RUN_ID.setting,
     JOB_ID.setting,
     ENDPOINT.setting,
-    PROTOCOL.setting,
+    PROTOCOL.row.setting,
     HEADERS.setting,
-    TIMEOUT.setting,
-    COMPRESSION.setting,
+    TIMEOUT.row.setting,
+    COMPRESSION.row.setting,
     TRACES_EXPORTER.setting,
     METRICS_EXPORTER.setting,
     METRIC_EXPORT_INTERVAL.row.setting,
@@ -219,6 +56,7 @@ pub(crate) const DISABLED: Defaulted<bool> = Row::new(
     "false",
     boolean,
 )
+.doc("Records nothing, at next to no cost.")
 .defaults_to(|| false);
 pub(crate) const SERVICE_NAME: Row<String> = Row::new(
     "service_name",
@@ -226,7 +64,8 @@ pub(crate) const SERVICE_NAME: Row<String> = Row::new(
     TEXT,
     "service.name of OTEL_RESOURCE_ATTRIBUTES, else unknown_service:<executable>",
     text,
-);
+)
+.doc("The service.name of every span and metric point.");
 pub(crate) const RESOURCE_ATTRIBUTES: Row<Vec<(String, String)>> = Row::new(
     "resource_attributes",
     one(&[OTEL_RESOURCE_ATTRIBUTES]),
@@ -234,6 +73,7 @@ pub(crate) const RESOURCE_ATTRIBUTES: Row<Vec<(String, String)>> = Row::new(
     "none",
     key_values,
 )
+.doc("Attributes added to the resource.")
 .setter("resource_attribute");
 
 /// Shortest sampling interval accepted.
@@ -246,6 +86,7 @@ pub(crate) const SAMPLE_INTERVAL: Defaulted<Duration> = Row::new(
     "5ms",
     duration,
 )
+.doc("Time between two readings of every device.")
 .checked(check_sample_interval)
 .defaults_to(|| super::DEFAULT_SAMPLE_INTERVAL);
 
@@ -263,14 +104,16 @@ pub(crate) const NVML_LIB: Row<PathBuf> = Row::new(
     "the path of libnvidia-ml.so.1",
     "the system's",
     path,
-);
+)
+.doc("Where NVML is loaded from.");
 pub(crate) const DEVICES: Row<DeviceScope> = Row::new(
     "devices",
     one(&[GPUSPAN_DEVICES]),
     "NVML indexes or GPU-... UUIDs separated by commas",
     "CUDA_VISIBLE_DEVICES, else all",
     device_scope,
-);
+)
+.doc("The NVIDIA devices in scope.");
 pub(crate) const SYSFS_ROOT: Defaulted<PathBuf> = Row::new(
     "sysfs_root",
     one(&[GPUSPAN_SYSFS_ROOT]),
@@ -278,6 +121,7 @@ pub(crate) const SYSFS_ROOT: Defaulted<PathBuf> = Row::new(
     "/sys",
     path,
 )
+.doc("Where sysfs is, for AMD and Intel GPUs' files.")
 .defaults_to(|| PathBuf::from("/sys"));
 pub(crate) const PROCFS_ROOT: Defaulted<PathBuf> = Row::new(
     "procfs_root",
@@ -286,6 +130,7 @@ pub(crate) const PROCFS_ROOT: Defaulted<PathBuf> = Row::new(
     "/proc",
     path,
 )
+.doc("Where procfs is, for this process's DRM clients.")
 .defaults_to(|| PathBuf::from("/proc"));
 pub(crate) const RUN_DIR: Defaulted<PathBuf> = Row::new(
     "run_dir",
@@ -294,6 +139,7 @@ pub(crate) const RUN_DIR: Defaulted<PathBuf> = Row::new(
     "gpuspan-runs",
     path,
 )
+.doc("The parent of run directories.")
 .defaults_to(|| PathBuf::from("gpuspan-runs"));
 pub(crate) const RUN_ID: Row<String> = Row::new(
     "run_id",
@@ -302,6 +148,7 @@ pub(crate) const RUN_ID: Row<String> = Row::new(
     "the job's directory name (see job_id), else date-time-pid",
     text,
 )
+.doc("The run's id (ml.run.id) and its directory's name.")
 .checked(check_run_id);
 pub(crate) const JOB_ID: Row<String> = Row::new(
     "job_id",
@@ -309,7 +156,8 @@ pub(crate) const JOB_ID: Row<String> = Row::new(
     "an id that every rank of the job shares",
     "the launcher's (torchrun, Open MPI, PMIx, PMI, SLURM), else this variable (gpuspan run sets it to its run id)",
     text,
-);
+)
+.doc("The id every rank of one job shares (ml.job.id), naming the job's directory.");
 pub(crate) const ENDPOINT: Row<String> = Row::new(
     "endpoint",
     Vars::PerSignal {
@@ -320,8 +168,13 @@ pub(crate) const ENDPOINT: Row<String> = Row::new(
     URL,
     "none: the run directory",
     url,
-);
-pub(crate) const PROTOCOL: Row<Protocol> = Row::new(
+)
+.doc("The OTLP collector's URL.");
+/// The collector's base URL over gRPC when the OTLP exporter is chosen without an endpoint.
+pub(crate) const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
+/// The collector's base URL over HTTP when the OTLP exporter is chosen without an endpoint.
+pub(crate) const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
+pub(crate) const PROTOCOL: Defaulted<Protocol> = Row::new(
     "protocol",
     Vars::PerSignal {
         traces: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
@@ -331,7 +184,9 @@ pub(crate) const PROTOCOL: Row<Protocol> = Row::new(
     PROTOCOLS,
     "http/protobuf",
     parse::protocol,
-);
+)
+.doc("The OTLP transport.")
+.defaults_to(|| Protocol::HttpProtobuf);
 pub(crate) const HEADERS: Row<Vec<(String, String)>> = Row::new(
     "headers",
     Vars::PerSignal {
@@ -343,8 +198,9 @@ pub(crate) const HEADERS: Row<Vec<(String, String)>> = Row::new(
     "none",
     headers,
 )
+.doc("Headers every OTLP request carries.")
 .setter("header");
-pub(crate) const TIMEOUT: Row<Duration> = Row::new(
+pub(crate) const TIMEOUT: Defaulted<Duration> = Row::new(
     "timeout",
     Vars::PerSignal {
         traces: OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
@@ -354,8 +210,10 @@ pub(crate) const TIMEOUT: Row<Duration> = Row::new(
     MILLIS,
     "10000",
     millis,
-);
-pub(crate) const COMPRESSION: Row<Compression> = Row::new(
+)
+.doc("How long one OTLP export may take; shutdown waits at most this long.")
+.defaults_to(|| Duration::from_secs(10));
+pub(crate) const COMPRESSION: Defaulted<Compression> = Row::new(
     "compression",
     Vars::PerSignal {
         traces: OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
@@ -365,21 +223,25 @@ pub(crate) const COMPRESSION: Row<Compression> = Row::new(
     COMPRESSIONS,
     "none",
     parse::compression,
-);
+)
+.doc("How OTLP requests are compressed.")
+.defaults_to(|| Compression::None);
 pub(crate) const TRACES_EXPORTER: Row<Exporter> = Row::new(
     "traces_exporter",
     one(&[OTEL_TRACES_EXPORTER]),
     EXPORTERS,
     "otlp with an endpoint, else run_dir",
     exporter,
-);
+)
+.doc("Where spans go.");
 pub(crate) const METRICS_EXPORTER: Row<Exporter> = Row::new(
     "metrics_exporter",
     one(&[OTEL_METRICS_EXPORTER]),
     EXPORTERS,
     "otlp with an endpoint, else run_dir",
     exporter,
-);
+)
+.doc("Where metric points go.");
 pub(crate) const METRIC_EXPORT_INTERVAL: Defaulted<Duration> = Row::new(
     "metric_export_interval",
     one(&[OTEL_METRIC_EXPORT_INTERVAL]),
@@ -387,6 +249,7 @@ pub(crate) const METRIC_EXPORT_INTERVAL: Defaulted<Duration> = Row::new(
     "60000",
     millis,
 )
+.doc("Time between two exports of metric points.")
 .checked(|interval| {
     if interval.is_zero() {
         Err("a positive number of milliseconds")
@@ -401,7 +264,8 @@ pub(crate) const PROMETHEUS_ADDR: Row<SocketAddr> = Row::new(
     LISTEN_ADDR,
     "off",
     listen_addr,
-);
+)
+.doc("Where a Prometheus scrape endpoint is served.");
 pub(crate) const EXPORT_QUEUE: Defaulted<usize> = Row::new(
     "export_queue",
     one(&[GPUSPAN_EXPORT_QUEUE]),
@@ -409,11 +273,16 @@ pub(crate) const EXPORT_QUEUE: Defaulted<usize> = Row::new(
     "65536",
     count,
 )
+.doc("Completed spans that may wait while the destination is unreachable.")
 .defaults_to(|| super::DEFAULT_EXPORT_QUEUE);
 pub(crate) const SUMMARY: Defaulted<bool> =
-    Row::new("summary", Vars::CodeOnly, BOOLEAN, "true", boolean).defaults_to(|| true);
+    Row::new("summary", Vars::CodeOnly, BOOLEAN, "true", boolean)
+        .doc("Whether shutdown prints the per-epoch table of a run directory.")
+        .defaults_to(|| true);
 pub(crate) const FLUSH_ON_SIGNAL: Defaulted<bool> =
-    Row::new("flush_on_signal", Vars::CodeOnly, BOOLEAN, "true", boolean).defaults_to(|| true);
+    Row::new("flush_on_signal", Vars::CodeOnly, BOOLEAN, "true", boolean)
+        .doc("Whether completed spans are flushed on SIGINT and SIGTERM.")
+        .defaults_to(|| true);
 
 /// What a run id may be.
 const RUN_IDS: &str = "a name without path separators, such as resnet-lr0.1";
@@ -432,84 +301,4 @@ fn device_scope(list: &str) -> Result<DeviceScope, InvalidValue> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Read, but not settings: the sampler is ignored with a warning (see `Sampling`).
-    const NOT_SETTINGS: &[&str] = &[OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG];
-
-    #[test]
-    fn every_gpuspan_and_otel_variable_read_is_in_one_row() {
-        let in_rows: Vec<&str> = crate::telemetry::settings()
-            .flat_map(|s| s.vars.names())
-            .collect();
-        for var in ALL
-            .iter()
-            .filter(|v| v.starts_with("GPUSPAN_") || v.starts_with("OTEL_"))
-            .filter(|v| !NOT_SETTINGS.contains(v))
-        {
-            let rows = in_rows.iter().filter(|v| *v == var).count();
-            assert_eq!(rows, 1, "{var} is in {rows} rows of the settings table");
-        }
-        for var in &in_rows {
-            assert!(ALL.contains(var), "{var} is not in config::vars");
-        }
-    }
-
-    /// The default text people read names the value code falls back to.
-    fn says_its_default<T: PartialEq + std::fmt::Debug>(row: &Defaulted<T>) {
-        let text = row.setting.default;
-        assert_eq!(
-            row.read(text).ok(),
-            Some((row.value)()),
-            "{}: the default text {text:?} is not the default value",
-            row.setting.name
-        );
-    }
-
-    #[test]
-    fn every_default_text_reads_as_the_default_value() {
-        says_its_default(&DISABLED);
-        says_its_default(&SAMPLE_INTERVAL);
-        says_its_default(&RUN_DIR);
-        says_its_default(&METRIC_EXPORT_INTERVAL);
-        says_its_default(&EXPORT_QUEUE);
-        says_its_default(&SUMMARY);
-        says_its_default(&FLUSH_ON_SIGNAL);
-    }
-
-    #[test]
-    fn a_signal_reads_its_own_variable_before_the_one_for_every_signal() {
-        let vars = ENDPOINT.setting.vars;
-        assert_eq!(
-            vars.precedence(Some(Signal::Metrics)),
-            [
-                OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
-                OTEL_EXPORTER_OTLP_ENDPOINT
-            ]
-        );
-        assert_eq!(
-            vars.precedence(Some(Signal::Traces)),
-            [
-                OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
-                OTEL_EXPORTER_OTLP_ENDPOINT
-            ]
-        );
-    }
-
-    #[test]
-    fn a_switch_takes_the_same_words_in_every_row() {
-        let rows = crate::telemetry::settings()
-            .filter(|s| s.expected == BOOLEAN)
-            .count();
-        assert!(rows >= 6, "{rows} switches");
-        for (text, value) in [("on", true), ("TRUE", true), ("no", false), (" 0 ", false)] {
-            assert_eq!(boolean(text), Ok(value), "{text}");
-        }
-        let error = DISABLED.read("maybe").unwrap_err().to_string();
-        assert!(
-            error.contains("\"maybe\"") && error.contains("on or off"),
-            "{error}"
-        );
-    }
-}
+mod tests;

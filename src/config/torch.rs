@@ -25,6 +25,7 @@ pub(crate) const TORCH: Defaulted<bool> = Row::new(
     "true",
     boolean,
 )
+.doc("Whether gpuspan run gives a Python command the bootstrap that opens PyTorch's steps.")
 .environment_only()
 .defaults_to(|| true);
 pub(crate) const TORCH_PHASES: Defaulted<bool> = Row::new(
@@ -34,6 +35,7 @@ pub(crate) const TORCH_PHASES: Defaulted<bool> = Row::new(
     "false",
     boolean,
 )
+.doc("Whether every step under gpuspan run gets forward, backward and optimizer spans.")
 .environment_only()
 .defaults_to(|| false);
 pub(crate) const TORCH_MEMORY_HISTORY: Defaulted<Option<usize>> = Row::new(
@@ -43,6 +45,7 @@ pub(crate) const TORCH_MEMORY_HISTORY: Defaulted<Option<usize>> = Row::new(
     "off",
     memory_history,
 )
+.doc("How many allocations PyTorch's CUDA memory history keeps under gpuspan run.")
 .environment_only()
 .defaults_to(|| None);
 

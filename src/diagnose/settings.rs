@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use crate::config::error::{InvalidValue, SettingError};
-use crate::config::layered::{layered, Env};
+use crate::config::layered::{layered, resolved, Env};
 use crate::config::parse::{self, check_fraction};
-use crate::config::table::{Row, Setting, Vars};
+use crate::config::table::{Defaulted, Row, Setting, Vars};
 pub(crate) use crate::config::vars::{
     GPUSPAN_LEAK_RATIO as LEAK_RATIO, GPUSPAN_LEAK_WARMUP as LEAK_WARMUP,
     GPUSPAN_MEMORY_BUDGET as MEMORY_BUDGET, GPUSPAN_MEMORY_BUDGET_ERROR as BUDGET_ERROR,
@@ -15,15 +15,6 @@ pub(crate) use crate::config::vars::{
     GPUSPAN_NEAR_OOM_WINDOW as NEAR_OOM_WINDOW,
 };
 use crate::error::InitError;
-
-/// Default of [`LEAK_RATIO`].
-pub(crate) const DEFAULT_LEAK_RATIO: f64 = 1.5;
-/// Default of [`LEAK_WARMUP`].
-pub(crate) const DEFAULT_LEAK_WARMUP: usize = 1;
-/// Default of [`NEAR_OOM_THRESHOLD`].
-pub(crate) const DEFAULT_NEAR_OOM_THRESHOLD: f64 = 0.95;
-/// Default of [`NEAR_OOM_WINDOW`].
-pub(crate) const DEFAULT_NEAR_OOM_WINDOW: Duration = Duration::from_secs(30);
 
 /// A memory budget: bytes, or a fraction of each device's total.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,15 +72,16 @@ pub(crate) struct DiagnoseSettings {
 }
 
 impl Default for DiagnoseSettings {
+    /// Every row's default.
     fn default() -> Self {
         Self {
             budget: None,
-            budget_error: false,
-            budget_stop: false,
-            leak_ratio: DEFAULT_LEAK_RATIO,
-            leak_warmup: DEFAULT_LEAK_WARMUP,
-            near_oom_threshold: DEFAULT_NEAR_OOM_THRESHOLD,
-            near_oom_window: DEFAULT_NEAR_OOM_WINDOW,
+            budget_error: (BUDGET_ERROR_ROW.value)(),
+            budget_stop: (BUDGET_STOP_ROW.value)(),
+            leak_ratio: (LEAK_RATIO_ROW.value)(),
+            leak_warmup: (LEAK_WARMUP_ROW.value)(),
+            near_oom_threshold: (NEAR_OOM_THRESHOLD_ROW.value)(),
+            near_oom_window: (NEAR_OOM_WINDOW_ROW.value)(),
         }
     }
 }
@@ -109,22 +101,27 @@ const BUDGET: Row<MemoryBudget> = Row::new(
     "none",
     parse_budget,
 )
+.doc("Memory a span may peak at on each device.")
 .checked(check_budget);
-const BUDGET_ERROR_ROW: Row<bool> = Row::new(
+const BUDGET_ERROR_ROW: Defaulted<bool> = Row::new(
     "memory_budget_error",
     Vars::Ordered(&[BUDGET_ERROR]),
     parse::BOOLEAN,
     "false",
     parse::boolean,
-);
-const BUDGET_STOP_ROW: Row<bool> = Row::new(
+)
+.doc("Whether a span over the budget also gets an error status.")
+.defaults_to(|| false);
+const BUDGET_STOP_ROW: Defaulted<bool> = Row::new(
     "memory_budget_stop",
     Vars::Ordered(&[BUDGET_STOP]),
     parse::BOOLEAN,
     "false",
     parse::boolean,
-);
-const LEAK_RATIO_ROW: Row<f64> = Row::new(
+)
+.doc("Whether the first reading over the budget asks the training loop to stop.")
+.defaults_to(|| false);
+const LEAK_RATIO_ROW: Defaulted<f64> = Row::new(
     "leak_ratio",
     Vars::Ordered(&[LEAK_RATIO]),
     RATIOS,
@@ -135,8 +132,10 @@ const LEAK_RATIO_ROW: Row<f64> = Row::new(
             .map_err(|_| InvalidValue::new(text, "a number above 1, such as 1.5"))
     },
 )
-.checked(|ratio| check_ratio(*ratio).map(drop));
-const LEAK_WARMUP_ROW: Row<usize> = Row::new(
+.doc("The ratio rule's factor: end memory this many times the first epoch's.")
+.checked(|ratio| check_ratio(*ratio).map(drop))
+.defaults_to(|| 1.5);
+const LEAK_WARMUP_ROW: Defaulted<usize> = Row::new(
     "leak_warmup",
     Vars::Ordered(&[LEAK_WARMUP]),
     "a whole number of epochs, such as 1",
@@ -145,33 +144,39 @@ const LEAK_WARMUP_ROW: Row<usize> = Row::new(
         parse::whole(text)
             .map_err(|_| InvalidValue::new(text, "a whole number of epochs, such as 1"))
     },
-);
-const NEAR_OOM_THRESHOLD_ROW: Row<f64> = Row::new(
+)
+.doc("Epochs (and steps of each epoch) leak detection leaves out at the start.")
+.defaults_to(|| 1);
+const NEAR_OOM_THRESHOLD_ROW: Defaulted<f64> = Row::new(
     "near_oom_threshold",
     Vars::Ordered(&[NEAR_OOM_THRESHOLD]),
     "a fraction of the device, such as 95% or 0.95",
     "95%",
     parse::fraction,
 )
-.checked(|fraction| check_fraction(*fraction).map(drop));
-const NEAR_OOM_WINDOW_ROW: Row<Duration> = Row::new(
+.doc("The fraction of a device's total that counts as near out of memory.")
+.checked(|fraction| check_fraction(*fraction).map(drop))
+.defaults_to(|| 0.95);
+const NEAR_OOM_WINDOW_ROW: Defaulted<Duration> = Row::new(
     "near_oom_window",
     Vars::Ordered(&[NEAR_OOM_WINDOW]),
     WINDOWS,
     "30s",
     parse::duration,
 )
-.checked(|window| check_window(*window).map(drop));
+.doc("How much of the sampled timeline the near-OOM recorder keeps.")
+.checked(|window| check_window(*window).map(drop))
+.defaults_to(|| Duration::from_secs(30));
 
 /// The diagnosis rows of the settings table.
 pub(crate) const ROWS: &[Setting] = &[
     BUDGET.setting,
-    BUDGET_ERROR_ROW.setting,
-    BUDGET_STOP_ROW.setting,
-    LEAK_RATIO_ROW.setting,
-    LEAK_WARMUP_ROW.setting,
-    NEAR_OOM_THRESHOLD_ROW.setting,
-    NEAR_OOM_WINDOW_ROW.setting,
+    BUDGET_ERROR_ROW.row.setting,
+    BUDGET_STOP_ROW.row.setting,
+    LEAK_RATIO_ROW.row.setting,
+    LEAK_WARMUP_ROW.row.setting,
+    NEAR_OOM_THRESHOLD_ROW.row.setting,
+    NEAR_OOM_WINDOW_ROW.row.setting,
 ];
 
 /// Resolves from code, then `env` (a variable lookup), then defaults. Builder values are
@@ -181,26 +186,14 @@ pub(crate) fn resolve(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<DiagnoseSettings, InitError> {
     let env = Env::from_fn(&env);
-    let get = |defaults: f64, row: &Row<f64>, code: Option<f64>| -> Result<f64, SettingError> {
-        Ok(layered(row, code, None, env)?.map_or(defaults, |(v, _)| v))
-    };
-    let defaults = DiagnoseSettings::default();
     let settings = DiagnoseSettings {
         budget: layered(&BUDGET, code.budget, None, env)?.map(|(b, _)| b),
-        budget_error: layered(&BUDGET_ERROR_ROW, code.budget_error, None, env)?
-            .is_some_and(|(flag, _)| flag),
-        budget_stop: layered(&BUDGET_STOP_ROW, code.budget_stop, None, env)?
-            .is_some_and(|(flag, _)| flag),
-        leak_ratio: get(defaults.leak_ratio, &LEAK_RATIO_ROW, code.leak_ratio)?,
-        leak_warmup: layered(&LEAK_WARMUP_ROW, code.leak_warmup, None, env)?
-            .map_or(defaults.leak_warmup, |(n, _)| n),
-        near_oom_threshold: get(
-            defaults.near_oom_threshold,
-            &NEAR_OOM_THRESHOLD_ROW,
-            code.near_oom_threshold,
-        )?,
-        near_oom_window: layered(&NEAR_OOM_WINDOW_ROW, code.near_oom_window, None, env)?
-            .map_or(defaults.near_oom_window, |(w, _)| w),
+        budget_error: resolved(&BUDGET_ERROR_ROW, code.budget_error, env)?,
+        budget_stop: resolved(&BUDGET_STOP_ROW, code.budget_stop, env)?,
+        leak_ratio: resolved(&LEAK_RATIO_ROW, code.leak_ratio, env)?,
+        leak_warmup: resolved(&LEAK_WARMUP_ROW, code.leak_warmup, env)?,
+        near_oom_threshold: resolved(&NEAR_OOM_THRESHOLD_ROW, code.near_oom_threshold, env)?,
+        near_oom_window: resolved(&NEAR_OOM_WINDOW_ROW, code.near_oom_window, env)?,
     };
     if settings.budget_stop && settings.budget.is_none() {
         let name = match code.budget_stop {
@@ -372,6 +365,20 @@ mod tests {
         assert_eq!(settings.near_oom_threshold, 0.9);
         assert_eq!(settings.near_oom_window, Duration::from_secs(10));
         assert!(settings.budget_error);
+    }
+
+    #[test]
+    fn every_default_text_reads_as_the_default_value() {
+        fn says<T: PartialEq + std::fmt::Debug>(row: &Defaulted<T>) {
+            let text = row.setting.default;
+            assert_eq!(row.read(text).ok(), Some((row.value)()), "{text}");
+        }
+        says(&BUDGET_ERROR_ROW);
+        says(&BUDGET_STOP_ROW);
+        says(&LEAK_RATIO_ROW);
+        says(&LEAK_WARMUP_ROW);
+        says(&NEAR_OOM_THRESHOLD_ROW);
+        says(&NEAR_OOM_WINDOW_ROW);
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! TensorBoard event file. Their settings (code beats environment beats default) and the
 //! sampler observers and export taps that write them.
 
-use crate::config::layered::{layered, process_var, Env};
+use crate::config::layered::{layered, process_var, resolved, Env};
 use crate::config::parse;
-use crate::config::table::{Row, Setting, Vars};
+use crate::config::table::{Defaulted, Row, Setting, Vars};
 use crate::config::{Destination, Settings};
 use crate::error::InitError;
 use crate::export::tap::SpanTap;
@@ -25,17 +25,20 @@ const TIMELINE: Row<bool> = Row::new(
     parse::BOOLEAN,
     "on with the run directory, off with OTLP",
     parse::boolean,
-);
-const TENSORBOARD: Row<bool> = Row::new(
+)
+.doc("Whether the run directory gets timeline.bin, every sample that changed a figure.");
+const TENSORBOARD: Defaulted<bool> = Row::new(
     "tensorboard",
     Vars::Ordered(&[TENSORBOARD_VAR]),
     parse::BOOLEAN,
     "off",
     parse::boolean,
-);
+)
+.doc("Whether the run directory gets TensorBoard event files.")
+.defaults_to(|| false);
 
 /// The pictures' rows of the settings table.
-pub(crate) const ROWS: &[Setting] = &[TIMELINE.setting, TENSORBOARD.setting];
+pub(crate) const ROWS: &[Setting] = &[TIMELINE.setting, TENSORBOARD.row.setting];
 
 /// The values set in code (`None`: not set).
 #[derive(Debug, Clone, Copy, Default)]
@@ -58,12 +61,11 @@ pub(crate) fn resolve(
     run_dir_in_use: bool,
 ) -> Result<Pictures, InitError> {
     let env = Env::from_fn(&env);
-    let switch = |row: &Row<bool>, set: Option<bool>, default: bool| -> Result<bool, InitError> {
-        Ok(layered(row, set, None, env)?.map_or(default, |(value, _)| value))
-    };
+    // The timeline's default is the run directory's use, as its row's default text says.
+    let timeline = layered(&TIMELINE, code.timeline, None, env)?;
     Ok(Pictures {
-        timeline: switch(&TIMELINE, code.timeline, run_dir_in_use)?,
-        tensorboard: switch(&TENSORBOARD, code.tensorboard, false)?,
+        timeline: timeline.map_or(run_dir_in_use, |(value, _)| value),
+        tensorboard: resolved(&TENSORBOARD, code.tensorboard, env)?,
     })
 }
 
