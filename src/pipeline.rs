@@ -13,7 +13,7 @@
 //!   [`Builder::tick_observer`](crate::Builder::tick_observer) sees every [`Tick`] of the
 //!   sampler. A [`TimelineStore`] keeps ticks as range maxima at several resolutions and
 //!   answers a span's window with a [`WindowMax`]; a [`ProcessTable`], filled by
-//!   [`nvml_source`], holds every process's GPU memory for spans of other processes.
+//!   [`gpu_source`], holds every process's GPU memory for spans of other processes.
 //! - **Figures.** [`SpanFigures`] are a span's memory figures; [`SpanFigures::numbers`] and
 //!   [`device_keys`] give the attributes the SDK's own spans carry, with the same names.
 //! - **The export queue.** A [`Queue`] runs items through an [`Accept`] step and hands them
@@ -48,9 +48,6 @@ pub use crate::source::processes::{ProcessList, ProcessTable};
 pub use crate::timeline::store::{Layout, TimelineStore, WindowMax};
 pub use crate::timeline::{Tick, TickObserver};
 
-#[cfg(feature = "nvml")]
-pub use crate::source::nvml::NvmlUnavailable;
-
 /// The default sample interval as the settings table writes it (`5ms`), for a collector's
 /// own flag.
 pub const DEFAULT_SAMPLE_INTERVAL_TEXT: &str =
@@ -65,16 +62,19 @@ pub fn parse_sample_interval(text: &str) -> Result<std::time::Duration, crate::I
     crate::config::table::SAMPLE_INTERVAL.read(text)
 }
 
-/// The NVML source over the devices in `scope` (NVML from `lib`, else the system's), which
-/// also keeps every process's GPU memory in `processes` as the lists come in.
+/// The node's GPUs as the SDK reads them: NVML's devices, then the AMD and Intel devices
+/// of the kernel's files (under the settings' sysfs and procfs roots), as one source on a
+/// machine with both, each device once. NVML's process lists also keep every process's
+/// memory in `processes`; where the kernel's files add devices, the table is never
+/// complete (their other processes are not listed), so a process NVML does not list is
+/// not measured rather than zero.
 ///
-/// # Errors
-/// [`NvmlUnavailable`] when NVML cannot be loaded or a device in scope cannot be opened.
-#[cfg(feature = "nvml")]
-pub fn nvml_source(
-    lib: Option<&std::path::Path>,
-    scope: &crate::source::DeviceScope,
+/// `None` when neither has a device in scope: a collector then leaves the choice to
+/// [`Builder`](crate::Builder), which falls back to `nvidia-smi` or to none, with its
+/// warning.
+pub fn gpu_source(
+    settings: &Settings,
     processes: ProcessTable,
-) -> Result<impl crate::source::MemorySource, NvmlUnavailable> {
-    Ok(crate::source::nvml::NvmlSource::open(lib, scope)?.with_process_table(processes))
+) -> Option<Box<dyn crate::source::MemorySource>> {
+    crate::telemetry::gpu_source::nvml_and_kernel_files(settings, Some(processes)).ok()
 }

@@ -147,6 +147,33 @@ pub enum DriverPeak {
     Failed(String),
 }
 
+/// A boxed source is a source, so a source chosen at run time can be handed on as one.
+impl MemorySource for Box<dyn MemorySource> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn devices(&self) -> &[Device] {
+        (**self).devices()
+    }
+
+    fn read(&mut self, out: &mut [DeviceReading]) {
+        (**self).read(out);
+    }
+
+    fn min_interval(&self) -> Option<Duration> {
+        (**self).min_interval()
+    }
+
+    fn process_lister(&mut self) -> Option<Box<dyn ProcessLister>> {
+        (**self).process_lister()
+    }
+
+    fn take_utilization_time(&mut self) -> Option<Duration> {
+        (**self).take_utilization_time()
+    }
+}
+
 impl std::fmt::Debug for dyn MemorySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemorySource")

@@ -49,7 +49,7 @@ impl std::fmt::Debug for NvmlSource {
 
 /// Why NVML is not used.
 #[derive(Debug)]
-pub struct NvmlUnavailable(pub(crate) String);
+pub(crate) struct NvmlUnavailable(pub(crate) String);
 
 impl NvmlSource {
     /// Loads NVML from `lib` (else the system's `libnvidia-ml.so.1`) and opens the devices
@@ -94,11 +94,12 @@ impl NvmlSource {
     }
 
     /// Also keeps every process's memory (not only this process's) in `table` as the
-    /// lists come in, for spans of other processes.
-    #[cfg_attr(not(feature = "pipeline"), allow(dead_code))]
-    pub(crate) fn with_process_table(mut self, table: ProcessTable) -> Self {
+    /// lists come in, for spans of other processes. With `other_devices` (GPUs NVML does
+    /// not read are measured too), the table is never complete: a process NVML does not
+    /// list may hold memory on those, so it is not measured rather than zero.
+    pub(crate) fn with_process_table(mut self, table: ProcessTable, other_devices: bool) -> Self {
         if let Some(processes) = &mut self.processes {
-            processes.keep_all(table);
+            processes.keep_all(table, other_devices);
         }
         self
     }
@@ -179,6 +180,8 @@ pub(crate) struct NvmlProcesses {
     /// Every process's memory, kept only when asked for, from each device's latest list
     /// (`None`: that list was incomplete).
     all: Option<(ProcessTable, Vec<Option<DeviceList>>)>,
+    /// Whether GPUs NVML does not list are measured too (the table is then incomplete).
+    other_devices: bool,
 }
 
 /// One device's processes as `(pid, bytes)`.
@@ -200,11 +203,13 @@ impl NvmlProcesses {
             handles,
             pid: std::process::id(),
             all: None,
+            other_devices: false,
         }
     }
 
-    fn keep_all(&mut self, table: ProcessTable) {
+    fn keep_all(&mut self, table: ProcessTable, other_devices: bool) {
         self.all = Some((table, vec![None; self.handles.len()]));
+        self.other_devices = other_devices;
     }
 
     /// Sums the devices' latest lists into the shared table.
@@ -215,7 +220,7 @@ impl NvmlProcesses {
         lists[position] = list;
         let mut merged = ProcessList {
             by_pid: Vec::new(),
-            complete: true,
+            complete: !self.other_devices,
         };
         for list in lists.iter() {
             match list {

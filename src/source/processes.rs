@@ -19,6 +19,7 @@ pub type ProcessTable = Arc<Mutex<ProcessList>>;
 
 impl ProcessList {
     /// Adds `bytes` held by `pid` on one device.
+    #[cfg_attr(not(feature = "nvml"), allow(dead_code))]
     pub(crate) fn add(&mut self, pid: u32, bytes: u64) {
         match self.by_pid.binary_search_by_key(&pid, |p| p.0) {
             Ok(i) => self.by_pid[i].1 = self.by_pid[i].1.saturating_add(bytes),

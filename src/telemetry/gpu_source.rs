@@ -7,35 +7,15 @@ use crate::source::combined::Combined;
 use crate::source::drm::DrmSource;
 #[cfg(feature = "nvml")]
 use crate::source::nvml;
+use crate::source::processes::ProcessTable;
 use crate::source::smi;
 use crate::source::MemorySource;
 
 /// Opens the best source the machine has; `None` (with a warning) when there is none.
 pub(crate) fn open_gpu_source(settings: &Settings) -> Option<Box<dyn MemorySource>> {
-    // AMD and Intel devices are numbered after every GPU NVML counts (in scope or not),
-    // so every device has one index whatever the scope.
-    #[cfg(feature = "nvml")]
-    let (nvml, first_index): (Result<Box<dyn MemorySource>, String>, u32) =
-        match nvml::NvmlSource::open(settings.nvml_lib.as_deref(), &settings.devices) {
-            Ok(source) => {
-                let count = source.count();
-                (Ok(Box::new(source)), count)
-            }
-            Err(why) => (Err(why.0), 0),
-        };
-    #[cfg(not(feature = "nvml"))]
-    let (nvml, first_index): (Result<Box<dyn MemorySource>, String>, u32) = (
-        Err("this build leaves out NVML (gpuspan's `nvml` feature)".to_owned()),
-        0,
-    );
-    let drm = DrmSource::open(&settings.roots, &settings.drm_devices, first_index);
-    let why = match (nvml, drm) {
-        (Ok(nvml), Ok(drm)) if !nvml.devices().is_empty() => {
-            return Some(Box::new(Combined::new(nvml, Box::new(drm))))
-        }
-        (_, Ok(drm)) => return Some(Box::new(drm)),
-        (Ok(nvml), Err(_)) => return Some(nvml),
-        (Err(nvml), Err(drm)) => format!("{nvml}; {}", drm.0),
+    let why = match nvml_and_kernel_files(settings, None) {
+        Ok(source) => return Some(source),
+        Err(why) => why,
     };
 
     let program = settings
@@ -67,4 +47,46 @@ pub(crate) fn open_gpu_source(settings: &Settings) -> Option<Box<dyn MemorySourc
          is installed elsewhere."
     );
     None
+}
+
+/// NVML's devices, then the AMD and Intel devices of the kernel's files, as one source
+/// where both have devices in scope. With `processes`, NVML's lists also keep every
+/// process's memory there (incomplete where the kernel's files add devices, whose other
+/// processes are not listed). `Err`: why neither has a device, in words.
+pub(crate) fn nvml_and_kernel_files(
+    settings: &Settings,
+    processes: Option<ProcessTable>,
+) -> Result<Box<dyn MemorySource>, String> {
+    // AMD and Intel devices are numbered after every GPU NVML counts (in scope or not),
+    // so every device has one index whatever the scope.
+    #[cfg(feature = "nvml")]
+    let nvml = nvml::NvmlSource::open(settings.nvml_lib.as_deref(), &settings.devices)
+        .map_err(|why| why.0);
+    #[cfg(feature = "nvml")]
+    let first_index = nvml.as_ref().map_or(0, nvml::NvmlSource::count);
+    #[cfg(not(feature = "nvml"))]
+    let (nvml, first_index) = (
+        Err::<Box<dyn MemorySource>, _>(
+            "this build leaves out NVML (gpuspan's `nvml` feature)".to_owned(),
+        ),
+        0,
+    );
+    let drm = DrmSource::open(&settings.roots, &settings.drm_devices, first_index);
+    #[cfg(feature = "nvml")]
+    let nvml = nvml.map(|source| -> Box<dyn MemorySource> {
+        match processes {
+            Some(table) => Box::new(source.with_process_table(table, drm.is_ok())),
+            None => Box::new(source),
+        }
+    });
+    #[cfg(not(feature = "nvml"))]
+    drop(processes);
+    match (nvml, drm) {
+        (Ok(nvml), Ok(drm)) if !nvml.devices().is_empty() => {
+            Ok(Box::new(Combined::new(nvml, Box::new(drm))))
+        }
+        (_, Ok(drm)) => Ok(Box::new(drm)),
+        (Ok(nvml), Err(_)) => Ok(nvml),
+        (Err(nvml), Err(drm)) => Err(format!("{nvml}; {}", drm.0)),
+    }
 }

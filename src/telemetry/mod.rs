@@ -3,7 +3,7 @@
 mod builder;
 mod diagnose_setters;
 mod findings;
-mod gpu_source;
+pub(crate) mod gpu_source;
 mod settings;
 mod shutdown;
 

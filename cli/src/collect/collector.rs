@@ -83,11 +83,9 @@ impl Collector {
         let mut builder = gpuspan::Telemetry::builder();
         let mut processes = None;
         let table = ProcessTable::default();
-        if let Ok(source) = config::nvml_source(
-            settings.nvml_lib.as_deref(),
-            &settings.devices,
-            Arc::clone(&table),
-        ) {
+        // NVIDIA's GPUs through NVML and AMD's and Intel's from the kernel's files, each
+        // device once, with every process's memory NVML lists.
+        if let Some(source) = config::gpu_source(&settings, Arc::clone(&table)) {
             processes = Some(table);
             builder = builder.memory_source(source);
         }
