@@ -113,7 +113,7 @@ pub mod settings {
     pub use crate::config::torch::{
         torch, torch_memory_history, torch_phases, DEFAULT_MEMORY_HISTORY_ENTRIES,
     };
-    pub use crate::config::{cuda_device, devices_chosen, launcher_rank};
+    pub use crate::config::{cuda_device, devices_chosen, hip_device, launcher_rank};
     pub use crate::config::{Setting, Vars};
     pub use crate::telemetry::{setting, settings};
 }

@@ -6,6 +6,11 @@ NVML's device 0, so a CUDA ordinal taken as an NVML index measures another GPU. 
 names the same device to both: the rank's device is named by the UUID CUDA gives it. Only
 when CUDA gives none does the ordinal stand in (its entry of ``CUDA_VISIBLE_DEVICES``, else
 the number), with one warning where CUDA's order may not be NVML's.
+
+On ROCm builds of torch (``torch.version.hip`` set), ``torch.cuda`` is HIP: its ordinal
+counts the AMD GPUs that ``ROCR_VISIBLE_DEVICES``, then ``HIP_VISIBLE_DEVICES`` (else
+``CUDA_VISIBLE_DEVICES``) leave, and its UUID is not the ``GPU-<unique_id>`` that names an
+AMD device, so the device is the one the crate finds at that position of those lists.
 """
 
 import os
@@ -37,6 +42,8 @@ def devices_setting(torch):
         ordinal = cuda.current_device()
     except Exception:  # noqa: BLE001 - no usable CUDA: the core's own rule applies
         return None
+    if _is_rocm(torch):
+        return _native.hip_device(ordinal)
     entry = by_uuid(_uuid_of(cuda, ordinal))
     if entry is not None:
         return entry
@@ -44,7 +51,7 @@ def devices_setting(torch):
         count = cuda.device_count()
     except Exception:  # noqa: BLE001 - unknown: as if several
         count = 2
-    return by_ordinal(ordinal, count, warn_about_order=not _is_rocm(torch))
+    return by_ordinal(ordinal, count)
 
 
 def by_uuid(uuid):
@@ -59,14 +66,14 @@ def by_uuid(uuid):
     return f"GPU-{text},MIG-{text}"
 
 
-def by_ordinal(ordinal, count, warn_about_order=True):
+def by_ordinal(ordinal, count):
     """The devices setting for CUDA's device ``ordinal`` without its UUID: its entry of
     ``CUDA_VISIBLE_DEVICES`` as gpuspan reads that list, else the number, which gpuspan reads
     as an NVML index. Says once, on stderr, when that number may name another GPU: CUDA's
     order is not the PCI bus order (``CUDA_DEVICE_ORDER`` unset or ``FASTEST_FIRST``) and
     there are several devices (``count`` of them visible, or an index above 0)."""
     entry = _native.cuda_device(ordinal)
-    if warn_about_order and entry.isdigit() and (count > 1 or int(entry) > 0):
+    if entry.isdigit() and (count > 1 or int(entry) > 0):
         order = os.environ.get("CUDA_DEVICE_ORDER", "").strip().upper()
         if order != "PCI_BUS_ID":
             _warn_once(

@@ -49,6 +49,14 @@ pub(crate) fn cuda_device(ordinal: usize) -> PyResult<String> {
     table::cuda_device(ordinal).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// HIP's device `ordinal` (PyTorch on ROCm) as a `devices` entry: the AMD GPU that
+/// `ROCR_VISIBLE_DEVICES`, then `HIP_VISIBLE_DEVICES` (else `CUDA_VISIBLE_DEVICES`) leave
+/// at that position, by its `hw.id`, as the crate reads those lists.
+#[pyfunction]
+pub(crate) fn hip_device(ordinal: usize) -> PyResult<String> {
+    table::hip_device(ordinal).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 /// `GPUSPAN_TORCH_MEMORY_HISTORY`: the allocations to keep, or `None` when off.
 #[pyfunction]
 pub(crate) fn torch_memory_history() -> PyResult<Option<usize>> {

@@ -2,6 +2,7 @@
 Python side and the Rust core read ``GPUSPAN_DEVICES``, ``CUDA_VISIBLE_DEVICES`` and the
 launchers' rank variables by one set of rules."""
 
+import pathlib
 import types
 
 import pytest
@@ -20,10 +21,24 @@ def cuda_on(ordinal, count):
     return types.SimpleNamespace(cuda=cuda, version=types.SimpleNamespace(hip=None))
 
 
+def rocm_on(ordinal, count, uuid=None):
+    """A ROCm build of torch (``torch.version.hip`` set) computing on HIP's ``ordinal``."""
+    torch = cuda_on(ordinal, count)
+    torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(uuid=uuid)
+    torch.version = types.SimpleNamespace(hip="6.2.41133", cuda=None)
+    return torch
+
+
+# Two AMD GPUs; ROCm's order (KFD's) is GPU-7b1d0e6f5a4c3b21, then GPU-2a8c4c9f3b6e1d52.
+TWO_AMD_GPUS = (pathlib.Path(__file__).resolve().parents[2]
+                / "tests/fixtures/drm/two-amd-gpus-with-kfd/sys")
+
+
 @pytest.fixture
 def clean(monkeypatch):
     for var in ("GPUSPAN_DEVICES", "CUDA_VISIBLE_DEVICES", "RANK", "SLURM_PROCID",
-                "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"):
+                "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "ROCR_VISIBLE_DEVICES",
+                "HIP_VISIBLE_DEVICES", "GPUSPAN_SYSFS_ROOT"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return monkeypatch
@@ -61,3 +76,34 @@ def test_the_rank_comes_from_the_launcher_s_variable(clean):
     clean.setenv("RANK", "x")
     with pytest.raises(ValueError, match='RANK="x"'):
         _native.launcher_rank()
+
+
+def test_under_rocm_the_rank_s_device_follows_rocr_then_hip_visible_devices(clean):
+    clean.setenv("GPUSPAN_SYSFS_ROOT", str(TWO_AMD_GPUS))
+    clean.setenv("ROCR_VISIBLE_DEVICES", "1")
+    assert _rank_device.init_settings(rocm_on(0, 1)) == {"devices": "GPU-2a8c4c9f3b6e1d52"}
+    clean.setenv("ROCR_VISIBLE_DEVICES", "1,0")
+    clean.setenv("HIP_VISIBLE_DEVICES", "1")
+    assert _rank_device.init_settings(rocm_on(0, 1)) == {"devices": "GPU-7b1d0e6f5a4c3b21"}
+
+
+def test_under_rocm_cuda_visible_devices_counts_only_without_hip_visible_devices(clean):
+    clean.setenv("GPUSPAN_SYSFS_ROOT", str(TWO_AMD_GPUS))
+    clean.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert _rank_device.init_settings(rocm_on(0, 1)) == {"devices": "GPU-2a8c4c9f3b6e1d52"}
+    clean.setenv("HIP_VISIBLE_DEVICES", "0")
+    assert _rank_device.init_settings(rocm_on(0, 1)) == {"devices": "GPU-7b1d0e6f5a4c3b21"}
+
+
+def test_under_rocm_the_uuid_torch_gives_does_not_stand_for_the_device(clean):
+    # HIP's UUID is not the GPU-<unique_id> that names an AMD device (hw.id).
+    clean.setenv("GPUSPAN_SYSFS_ROOT", str(TWO_AMD_GPUS))
+    clean.setenv("ROCR_VISIBLE_DEVICES", "1")
+    torch = rocm_on(0, 1, uuid="37623164-3065-3666-3561-346333623231")
+    assert _rank_device.init_settings(torch) == {"devices": "GPU-2a8c4c9f3b6e1d52"}
+
+
+def test_under_rocm_a_bad_hip_visible_devices_names_the_variable(clean):
+    clean.setenv("HIP_VISIBLE_DEVICES", "gpu0")
+    with pytest.raises(ValueError, match="HIP_VISIBLE_DEVICES"):
+        _native.hip_device(0)

@@ -35,7 +35,7 @@ use layered::{layered, resolved, Env};
 pub use resolve::{launcher_rank, resolve};
 pub use row::{Setting, Vars};
 pub(crate) use sampling::Sampling;
-pub use scope::{cuda_device, devices_chosen};
+pub use scope::{cuda_device, devices_chosen, hip_device};
 pub(crate) use table::Signal;
 pub(crate) use table::ROWS;
 

@@ -1,7 +1,7 @@
 //! Which devices a process measures: code or `GPUSPAN_DEVICES`, else the runtimes' own
 //! lists (`CUDA_VISIBLE_DEVICES`, ROCm's, oneAPI's), narrowed to a rank's own device.
 
-use super::layered::{layered, Env};
+use super::layered::{layered, resolved, Env};
 use super::{error, table, vars, CodeSettings};
 use crate::error::InitError;
 use crate::source::drm::DrmScope;
@@ -30,6 +30,26 @@ pub fn cuda_device(ordinal: usize) -> Result<String, InitError> {
     };
     Ok(visible
         .and_then(|scope| scope.entry(ordinal))
+        .unwrap_or_else(|| ordinal.to_string()))
+}
+
+/// The device HIP numbers `ordinal` (PyTorch on ROCm), as a `GPUSPAN_DEVICES` entry: of
+/// the AMD GPUs under the sysfs root (`GPUSPAN_SYSFS_ROOT`) in ROCm's order, the one that
+/// `ROCR_VISIBLE_DEVICES`, then `HIP_VISIBLE_DEVICES` (else `CUDA_VISIBLE_DEVICES`, which
+/// HIP honours) leave at that position, by its `hw.id`. Where the kernel's files show no
+/// such GPU, the entry the lists give it (a `GPU-...` UUID, else its position in ROCm's
+/// order), else the number itself.
+///
+/// # Errors
+/// An entry of those lists that names no device, or a sysfs root that is not a path, as
+/// resolving the scope says it.
+pub fn hip_device(ordinal: usize) -> Result<String, InitError> {
+    use crate::source::drm::scope::Visible;
+    let env = Env::process();
+    let lists = amd_lists(env)?;
+    let sysfs = resolved(&table::SYSFS_ROOT, None, env)?;
+    Ok(crate::source::drm::hip_device_id(&sysfs, &lists, ordinal)
+        .or_else(|| Visible::entry_through(&lists, ordinal))
         .unwrap_or_else(|| ordinal.to_string()))
 }
 
@@ -80,27 +100,8 @@ pub(super) fn drm_scope(
             ..DrmScope::default()
         });
     }
-    let list = |var: &'static str,
-                parse: fn(&str) -> Result<Visible, crate::source::DeviceScopeError>|
-     -> Result<Option<Visible>, InitError> {
-        let Some(text) = env.raw(var) else {
-            return Ok(None);
-        };
-        parse(&text).map(Some).map_err(|error| {
-            InitError::from(error::SettingError::new(
-                var,
-                &text,
-                format!("device positions or GPU-... UUIDs separated by commas ({error})"),
-            ))
-        })
-    };
-    let mut amd = Vec::new();
-    amd.extend(list(vars::ROCR_VISIBLE_DEVICES, Visible::parse)?);
-    match list(vars::HIP_VISIBLE_DEVICES, Visible::parse)? {
-        Some(hip) => amd.push(hip),
-        None => amd.extend(list(vars::CUDA_VISIBLE_DEVICES, Visible::parse)?),
-    }
-    let intel = list(vars::ZE_AFFINITY_MASK, Visible::parse_ze)?;
+    let amd = amd_lists(env)?;
+    let intel = visible_list(vars::ZE_AFFINITY_MASK, Visible::parse_ze, env)?;
     let position = match local_rank.and_then(|r| usize::try_from(r).ok()) {
         Some(position) if !code.whole_node => Some(position),
         _ => None,
@@ -110,5 +111,43 @@ pub(super) fn drm_scope(
         amd,
         intel,
         position,
+    })
+}
+
+/// ROCr's list, then HIP's (or else CUDA's, which HIP honours) over what ROCr left.
+fn amd_lists(env: Env<'_>) -> Result<Vec<crate::source::drm::scope::Visible>, InitError> {
+    use crate::source::drm::scope::Visible;
+    let mut amd = Vec::new();
+    amd.extend(visible_list(
+        vars::ROCR_VISIBLE_DEVICES,
+        Visible::parse,
+        env,
+    )?);
+    match visible_list(vars::HIP_VISIBLE_DEVICES, Visible::parse, env)? {
+        Some(hip) => amd.push(hip),
+        None => amd.extend(visible_list(
+            vars::CUDA_VISIBLE_DEVICES,
+            Visible::parse,
+            env,
+        )?),
+    }
+    Ok(amd)
+}
+
+/// A runtime's list of visible devices from `var`, when set; an error names the variable.
+fn visible_list(
+    var: &'static str,
+    parse: fn(&str) -> Result<crate::source::drm::scope::Visible, crate::source::DeviceScopeError>,
+    env: Env<'_>,
+) -> Result<Option<crate::source::drm::scope::Visible>, InitError> {
+    let Some(text) = env.raw(var) else {
+        return Ok(None);
+    };
+    parse(&text).map(Some).map_err(|error| {
+        InitError::from(error::SettingError::new(
+            var,
+            &text,
+            format!("device positions or GPU-... UUIDs separated by commas ({error})"),
+        ))
     })
 }

@@ -308,3 +308,77 @@ fn device_scope_prefers_gpuspan_devices_over_cuda_visible_devices() {
         "empty means none"
     );
 }
+
+#[test]
+fn hip_s_device_is_the_one_rocr_then_hip_leave_at_its_ordinal() {
+    // ROCm's order is KFD's: GPU-7b1d0e6f5a4c3b21 (node 1), then GPU-2a8c4c9f3b6e1d52.
+    let sysfs = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/drm/two-amd-gpus-with-kfd/sys"
+    );
+    let hip = |env: &[(&str, &str)], ordinal| {
+        let mut env = env.to_vec();
+        env.push(("GPUSPAN_SYSFS_ROOT", sysfs));
+        with_env(&env, || hip_device(ordinal))
+    };
+    const FIRST: &str = "GPU-7b1d0e6f5a4c3b21";
+    const SECOND: &str = "GPU-2a8c4c9f3b6e1d52";
+    assert_eq!(hip(&[], 1).unwrap(), SECOND);
+    assert_eq!(hip(&[("ROCR_VISIBLE_DEVICES", "1")], 0).unwrap(), SECOND);
+    assert_eq!(
+        hip(
+            &[
+                ("ROCR_VISIBLE_DEVICES", "1,0"),
+                ("HIP_VISIBLE_DEVICES", "1")
+            ],
+            0
+        )
+        .unwrap(),
+        FIRST
+    );
+    // HIP honours CUDA_VISIBLE_DEVICES when HIP_VISIBLE_DEVICES is unset, not beside it.
+    assert_eq!(hip(&[("CUDA_VISIBLE_DEVICES", "1")], 0).unwrap(), SECOND);
+    assert_eq!(
+        hip(
+            &[("HIP_VISIBLE_DEVICES", "0"), ("CUDA_VISIBLE_DEVICES", "1")],
+            0
+        )
+        .unwrap(),
+        FIRST
+    );
+    assert_eq!(
+        hip(&[("ROCR_VISIBLE_DEVICES", "GPU-2a8c")], 0).unwrap(),
+        SECOND
+    );
+    let err = hip(&[("HIP_VISIBLE_DEVICES", "gpu0")], 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("HIP_VISIBLE_DEVICES") && err.contains("gpu0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn without_the_kernel_s_files_hip_s_device_is_the_entry_its_lists_give() {
+    let hip = |env: &[(&str, &str)], ordinal| {
+        let mut env = env.to_vec();
+        env.push(("GPUSPAN_SYSFS_ROOT", "/nonexistent/sys"));
+        with_env(&env, || hip_device(ordinal)).unwrap()
+    };
+    assert_eq!(hip(&[], 1), "1");
+    assert_eq!(
+        hip(
+            &[
+                ("ROCR_VISIBLE_DEVICES", "3,5"),
+                ("HIP_VISIBLE_DEVICES", "1")
+            ],
+            0
+        ),
+        "5"
+    );
+    assert_eq!(
+        hip(&[("ROCR_VISIBLE_DEVICES", "GPU-abc,GPU-def")], 1),
+        "GPU-def"
+    );
+}

@@ -163,6 +163,28 @@ impl DrmSource {
     }
 }
 
+/// The `hw.id` of the AMD GPU that HIP numbers `ordinal` when `lists` (ROCr's, then
+/// HIP's) narrow the AMD GPUs under `sysfs`, in ROCm's order; `None` when there is none.
+pub(crate) fn hip_device_id(
+    sysfs: &Path,
+    lists: &[scope::Visible],
+    ordinal: usize,
+) -> Option<String> {
+    let amd: Vec<Card> = cards::discover(sysfs, &kfd::nodes(sysfs))
+        .into_iter()
+        .filter(|card| card.driver == Driver::Amdgpu)
+        .collect();
+    let scope = DrmScope {
+        amd: lists.to_vec(),
+        ..DrmScope::default()
+    };
+    scope
+        .select(amd, Vec::new(), 0, describe)
+        .into_iter()
+        .nth(ordinal)
+        .map(|(_, device)| device.uuid)
+}
+
 /// A card as `gpu.index`, `hw.id`, `hw.name` and `hw.vendor` name it.
 fn describe(card: &Card, index: u32) -> Device {
     Device {

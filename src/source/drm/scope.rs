@@ -83,6 +83,24 @@ impl Visible {
         Ok(Self(entries))
     }
 
+    /// The entry that `lists` (each narrowing what the one before left) give the device
+    /// at `position` of the last: a `GPU-...` UUID as written, else its position in the
+    /// first list's numbering (every device's); `None` past the end of a list.
+    pub(crate) fn entry_through(lists: &[Visible], position: usize) -> Option<String> {
+        let mut entry = Entry::Position(position);
+        for list in lists.iter().rev() {
+            match entry {
+                Entry::Position(p) => entry = list.0.get(p)?.clone(),
+                Entry::Uuid(_) => break,
+            }
+        }
+        Some(match entry {
+            Entry::Position(p) => p.to_string(),
+            // Kept in lower case; the prefix is read in upper case.
+            Entry::Uuid(uuid) => format!("{}{}", uuid[..4].to_ascii_uppercase(), &uuid[4..]),
+        })
+    }
+
     /// The devices of `devices` this list keeps, in the list's order; a device the list
     /// names twice (`0,0`, or by position and by UUID) is kept once.
     fn narrow<T: Clone>(&self, devices: &[T], uuid: impl Fn(&T) -> &str) -> Vec<T> {
