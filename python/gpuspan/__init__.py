@@ -16,7 +16,7 @@ import sys
 import threading
 
 from . import _native
-from ._allocator import Allocator, PeakStack, TorchCudaAllocator
+from ._allocator import Allocator, PeakStack, TorchCudaAllocator, TorchXpuAllocator, torch_allocator
 from ._diff import Diff, diff
 from ._otel import load as _load_otel
 from ._report import Report, report
@@ -28,6 +28,7 @@ __all__ = [
     "Span",
     "Telemetry",
     "TorchCudaAllocator",
+    "TorchXpuAllocator",
     "diff",
     "epoch",
     "init",
@@ -193,12 +194,14 @@ def record_oom(message="out of memory"):
 
 
 def _peak_stack():
-    """The allocator peak stack, resolving ``"auto"`` once PyTorch has initialised CUDA."""
+    """The allocator peak stack, resolving ``"auto"`` once PyTorch has initialised CUDA
+    (or HIP) or XPU."""
     global _peaks
     if _peaks is None and _allocator_choice == "auto":
         torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            _peaks = PeakStack(TorchCudaAllocator(torch))
+        allocator = None if torch is None else torch_allocator(torch)
+        if allocator is not None:
+            _peaks = PeakStack(allocator)
     return _peaks
 
 

@@ -25,20 +25,19 @@ class Allocator:
         raise NotImplementedError
 
 
-class TorchCudaAllocator(Allocator):
-    """PyTorch's CUDA caching allocator on one device (the current one when opened)."""
+class _TorchAllocator(Allocator):
+    """One of PyTorch's caching allocators on one device (the current one when opened):
+    ``backend`` is ``torch.cuda`` or ``torch.xpu``, whose statistics have the same keys."""
 
-    def __init__(self, torch, device=None):
-        cuda = torch.cuda
-        self._device = cuda.current_device() if device is None else device
-        self._reset = cuda.reset_peak_memory_stats
+    def __init__(self, backend, raw, device):
+        self._device = backend.current_device() if device is None else device
+        self._reset = backend.reset_peak_memory_stats
         # The raw nested statistics: one C++ call, without memory_stats()'s flattening.
-        raw = getattr(getattr(torch, "_C", None), "_cuda_memoryStats", None)
         if raw is not None:
             self._raw = raw
         else:
             self._raw = None
-            self._stats = cuda.memory_stats
+            self._stats = backend.memory_stats
 
     def read(self):
         if self._raw is not None:
@@ -61,6 +60,37 @@ class TorchCudaAllocator(Allocator):
 
     def reset_peak(self):
         self._reset(self._device)
+
+
+class TorchCudaAllocator(_TorchAllocator):
+    """PyTorch's CUDA caching allocator on one device (the current one when opened); on a
+    ROCm build of torch, HIP's."""
+
+    def __init__(self, torch, device=None):
+        raw = getattr(getattr(torch, "_C", None), "_cuda_memoryStats", None)
+        super().__init__(torch.cuda, raw, device)
+
+
+class TorchXpuAllocator(_TorchAllocator):
+    """PyTorch's XPU caching allocator (Intel GPUs) on one device (the current one when
+    opened): the figures of ``torch.xpu.memory_allocated``, ``max_memory_allocated``,
+    ``memory_reserved`` and ``max_memory_reserved``."""
+
+    def __init__(self, torch, device=None):
+        raw = getattr(getattr(torch, "_C", None), "_xpu_memoryStats", None)
+        super().__init__(torch.xpu, raw, device)
+
+
+def torch_allocator(torch):
+    """The allocator of the device kind torch computes on: CUDA's (HIP's on ROCm) once CUDA
+    is initialised, else XPU's once XPU is; ``None`` before either."""
+    if torch.cuda.is_initialized():
+        return TorchCudaAllocator(torch)
+    xpu = getattr(torch, "xpu", None)
+    is_initialized = getattr(xpu, "is_initialized", None)
+    if is_initialized is not None and is_initialized():
+        return TorchXpuAllocator(torch)
+    return None
 
 
 class _Frame:
