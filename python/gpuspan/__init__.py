@@ -122,6 +122,22 @@ def init(**settings):
     return telemetry
 
 
+def _keyword_docs():
+    """``init``'s keywords as its docstring lists them: one entry per row of the crate's
+    settings table, with its variable, its one-line doc and its default."""
+    entries = []
+    for name, variable, doc, default in _native.SETTING_DOCS:
+        head = f"{name} ({variable})" if variable else name
+        entries.append(f"    - {head}: {doc} Default: {default}.\n")
+    return (
+        "\n    Keywords, one per row of the crate's settings table (the variable, then the "
+        "default, as\n    the variable writes it):\n\n" + "".join(entries)
+    )
+
+
+init.__doc__ += _keyword_docs()
+
+
 def _traceparent():
     """``TRACEPARENT`` as a ``(trace_id, span_id, flags)`` parent, or ``None``: a launcher
     (``gpuspan run``) names its span there, and the program's spans nest under it."""

@@ -125,7 +125,67 @@ def init(
     near_oom_threshold: float | str = ...,
     near_oom_window: _Duration = ...,
     allocator: Literal["auto"] | Allocator | None = ...,
-) -> Telemetry: ...
+) -> Telemetry:
+    """Sets gpuspan up and installs it for this process; returns the :class:`Telemetry`.
+
+    A keyword beats its variable, which beats the default; text is read as the variable
+    reads it. ``allocator`` chooses the allocator whose peaks spans record: ``"auto"``,
+    ``None`` (off), or an :class:`Allocator`.
+
+    Keywords, one per row of the crate's settings table (the variable, then the default, as
+    the variable writes it):
+
+    - disabled (OTEL_SDK_DISABLED): Records nothing, at next to no cost. Default: false.
+    - service_name (OTEL_SERVICE_NAME): The service.name of every span and metric point. Default:
+      service.name of OTEL_RESOURCE_ATTRIBUTES, else unknown_service:<executable>.
+    - resource_attributes (OTEL_RESOURCE_ATTRIBUTES): Attributes added to the resource. Default: none.
+    - sample_interval (GPUSPAN_SAMPLE_INTERVAL): Time between two readings of every device. Default: 5ms.
+    - nvml_lib (GPUSPAN_NVML_LIB): Where NVML is loaded from. Default: the system's.
+    - devices (GPUSPAN_DEVICES): The NVIDIA devices in scope. Default: CUDA_VISIBLE_DEVICES, else all.
+    - sysfs_root (GPUSPAN_SYSFS_ROOT): Where sysfs is, for AMD and Intel GPUs' files. Default: /sys.
+    - procfs_root (GPUSPAN_PROCFS_ROOT): Where procfs is, for this process's DRM clients. Default: /proc.
+    - run_dir (GPUSPAN_RUN_DIR): The parent of run directories. Default: gpuspan-runs.
+    - run_id (GPUSPAN_RUN_ID): The run's id (ml.run.id) and its directory's name. Default: the job's
+      directory name (see job_id), else date-time-pid.
+    - job_id (GPUSPAN_JOB_ID): The id every rank of one job shares (ml.job.id), naming the job's
+      directory. Default: the launcher's (torchrun, Open MPI, PMIx, PMI, SLURM), else this variable
+      (gpuspan run sets it to its run id).
+    - endpoint (OTEL_EXPORTER_OTLP_ENDPOINT): The OTLP collector's URL. Default: none: the run directory.
+    - protocol (OTEL_EXPORTER_OTLP_PROTOCOL): The OTLP transport. Default: http/protobuf.
+    - headers (OTEL_EXPORTER_OTLP_HEADERS): Headers every OTLP request carries. Default: none.
+    - timeout (OTEL_EXPORTER_OTLP_TIMEOUT): How long one OTLP export may take; shutdown waits at most this
+      long. Default: 10000.
+    - compression (OTEL_EXPORTER_OTLP_COMPRESSION): How OTLP requests are compressed. Default: none.
+    - traces_exporter (OTEL_TRACES_EXPORTER): Where spans go. Default: otlp with an endpoint, else
+      run_dir.
+    - metrics_exporter (OTEL_METRICS_EXPORTER): Where metric points go. Default: otlp with an endpoint,
+      else run_dir.
+    - metric_export_interval (OTEL_METRIC_EXPORT_INTERVAL): Time between two exports of metric points.
+      Default: 60000.
+    - prometheus_addr (GPUSPAN_PROMETHEUS_ADDR): Where a Prometheus scrape endpoint is served. Default:
+      off.
+    - export_queue (GPUSPAN_EXPORT_QUEUE): Completed spans that may wait while the destination is
+      unreachable. Default: 65536.
+    - summary: Whether shutdown prints the per-epoch table of a run directory. Default: true.
+    - flush_on_signal: Whether completed spans are flushed on SIGINT and SIGTERM. Default: true.
+    - timeline (GPUSPAN_TIMELINE): Whether the run directory gets timeline.bin, every sample that changed
+      a figure. Default: on with the run directory, off with OTLP.
+    - tensorboard (GPUSPAN_TENSORBOARD): Whether the run directory gets TensorBoard event files. Default:
+      off.
+    - memory_budget (GPUSPAN_MEMORY_BUDGET): Memory a span may peak at on each device. Default: none.
+    - memory_budget_error (GPUSPAN_MEMORY_BUDGET_ERROR): Whether a span over the budget also gets an error
+      status. Default: false.
+    - memory_budget_stop (GPUSPAN_MEMORY_BUDGET_STOP): Whether the first reading over the budget asks the
+      training loop to stop. Default: false.
+    - leak_ratio (GPUSPAN_LEAK_RATIO): The ratio rule's factor: end memory this many times the first
+      epoch's. Default: 1.5.
+    - leak_warmup (GPUSPAN_LEAK_WARMUP): Epochs (and steps of each epoch) leak detection leaves out at the
+      start. Default: 1.
+    - near_oom_threshold (GPUSPAN_NEAR_OOM_THRESHOLD): The fraction of a device's total that counts as
+      near out of memory. Default: 95%.
+    - near_oom_window (GPUSPAN_NEAR_OOM_WINDOW): How much of the sampled timeline the near-OOM recorder
+      keeps. Default: 30s.
+    """
 def epoch(index: int, **attributes: object) -> Span: ...
 def step(index: int, **attributes: object) -> Span: ...
 def span(name: str, **attributes: object) -> Span: ...

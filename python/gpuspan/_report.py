@@ -95,9 +95,9 @@ def _mib(value):
 
 def report(run_dir=None):
     """Reads a run directory (or the newest run in a directory of runs; default
-    ``$GPUSPAN_RUN_DIR`` or ``gpuspan-runs``). Raises ``ValueError`` naming the directory
-    when it holds no run."""
+    ``$GPUSPAN_RUN_DIR`` or ``gpuspan-runs``, as the crate reads them). Raises ``ValueError``
+    naming the directory when it holds no run."""
     if run_dir is None:
-        run_dir = os.environ.get("GPUSPAN_RUN_DIR") or "gpuspan-runs"
+        run_dir = _native.run_root()
     runs, job = _native.read_run(os.fspath(run_dir))
     return Report(runs, job)

@@ -29,7 +29,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::devices_chosen, m)?)?;
     m.add_function(wrap_pyfunction!(settings::cuda_device, m)?)?;
     m.add_function(wrap_pyfunction!(settings::hip_device, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::run_root, m)?)?;
     m.add("SETTINGS", settings::listing(m.py())?)?;
+    m.add("SETTING_DOCS", settings::docs(m.py())?)?;
     m.add(
         "DEFAULT_MEMORY_HISTORY_ENTRIES",
         gpuspan::settings::DEFAULT_MEMORY_HISTORY_ENTRIES,

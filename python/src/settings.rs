@@ -68,6 +68,25 @@ pub(crate) fn listing(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
     PyTuple::new(py, names())
 }
 
+/// `gpuspan._native.SETTING_DOCS`: `(keyword, variable, one-line doc, default)` for each
+/// keyword, in the table's order, from which the package writes `init`'s docstring.
+pub(crate) fn docs(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    PyTuple::new(
+        py,
+        table::settings()
+            .filter(|s| s.in_code())
+            .map(|s| (s.name, s.vars.primary(), s.doc, s.default))
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Where `gpuspan.report()` looks for runs: `GPUSPAN_RUN_DIR` as the crate reads it (a
+/// blank variable is unset), else `gpuspan-runs`.
+#[pyfunction]
+pub(crate) fn run_root() -> PathBuf {
+    gpuspan::runlog::default_run_root()
+}
+
 /// Applies `settings` to a builder that is then dropped: whether `init` would take them,
 /// without setting anything up (for the tests).
 #[pyfunction]

@@ -1,7 +1,9 @@
 """Every row of the crate's settings table is a keyword of ``gpuspan.init()`` (the stub
-says so too), and text is read with the grammar of the row's variable."""
+says so too, and both docstrings give each its row's variable, doc and default), and text
+is read with the grammar of the row's variable."""
 
 import ast
+import inspect
 from datetime import timedelta
 from pathlib import Path
 
@@ -47,15 +49,34 @@ SAMPLES = {
 }
 
 
-def stub_keywords():
+def stub_init():
     stub = Path(gpuspan.__file__).with_name("__init__.pyi")
     tree = ast.parse(stub.read_text())
-    init = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "init")
-    return [arg.arg for arg in init.args.kwonlyargs]
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "init")
+
+
+def stub_keywords():
+    return [arg.arg for arg in stub_init().args.kwonlyargs]
+
+
+def keyword_entries(doc):
+    """The entries of a docstring's list of keywords, each with its lines joined."""
+    return [" ".join(entry.split()) for entry in inspect.cleandoc(doc).split("\n- ")[1:]]
 
 
 def test_the_stub_lists_every_setting_and_the_allocator():
     assert sorted(stub_keywords()) == sorted([*_native.SETTINGS, "allocator"])
+
+
+def test_init_and_its_stub_give_each_keyword_its_row_s_variable_doc_and_default():
+    rows = [
+        f"{name} ({variable}): {doc} Default: {default}." if variable
+        else f"{name}: {doc} Default: {default}."
+        for name, variable, doc, default in _native.SETTING_DOCS
+    ]
+    assert [row.split(" ")[0].rstrip(":") for row in rows] == list(_native.SETTINGS)
+    assert keyword_entries(gpuspan.init.__doc__) == rows
+    assert keyword_entries(ast.get_docstring(stub_init())) == rows
 
 
 @pytest.mark.parametrize("name", _native.SETTINGS)

@@ -70,6 +70,16 @@ impl Vars {
         }
     }
 
+    /// The variable people set: the one for every signal, else the first in order; `None`
+    /// for a setting only code sets.
+    pub fn primary(&self) -> Option<&'static str> {
+        match *self {
+            Vars::CodeOnly => None,
+            Vars::Ordered(names) => names.first().copied(),
+            Vars::PerSignal { every, .. } => Some(every),
+        }
+    }
+
     /// The variables read for `signal`, first one first.
     pub(crate) fn precedence(&self, signal: Option<Signal>) -> Vec<&'static str> {
         match (*self, signal) {

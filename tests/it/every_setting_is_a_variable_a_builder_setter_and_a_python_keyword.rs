@@ -1,13 +1,14 @@
 //! The settings table lists every setting once; the builder has each row's setter and no
 //! setting outside the table, `gpuspan.init()` takes each row as a keyword (its stub says
-//! so, and python/tests checks the module itself), and the guide's table of variables
+//! so, with the row's variable, doc and default in `init`'s docstring, and python/tests
+//! checks the module itself), and the guide's table of variables
 //! (docs/configuration.md, or wherever the reference keeps it) names every row's variables,
 //! with the default the row says.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use gpuspan::settings::{settings, Vars};
+use gpuspan::settings::{settings, Setting, Vars};
 
 fn source(path: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -100,6 +101,41 @@ fn python_init_takes_every_row_as_a_keyword() {
     assert_eq!(
         rows, keywords,
         "settings table (left) against gpuspan.init (right)"
+    );
+}
+
+/// The entries of the list of keywords in `init`'s docstring in the stub, each with its
+/// lines joined.
+fn stub_keyword_entries() -> Vec<String> {
+    let stub = source("python/gpuspan/__init__.pyi");
+    let init = &stub[stub.find("def init(").expect("init in the stub")..];
+    let doc = &init[init.find("\"\"\"").expect("init's docstring") + 3..];
+    let doc = &doc[..doc.find("\"\"\"").expect("the docstring's end")];
+    doc.split("\n    - ")
+        .skip(1)
+        .map(|entry| entry.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// A keyword as `init`'s docstring lists it: its variable, its doc, its default.
+fn keyword_entry(setting: &Setting) -> String {
+    let head = match setting.vars.primary() {
+        Some(var) => format!("{} ({var})", setting.name),
+        None => setting.name.to_owned(),
+    };
+    format!("{head}: {} Default: {}.", setting.doc, setting.default)
+}
+
+#[test]
+fn the_stub_gives_every_keyword_its_row_s_variable_doc_and_default() {
+    let rows: Vec<String> = settings()
+        .filter(|s| s.in_code())
+        .map(keyword_entry)
+        .collect();
+    assert_eq!(
+        stub_keyword_entries(),
+        rows,
+        "init's docstring in python/gpuspan/__init__.pyi (left) against the settings table (right)"
     );
 }
 
