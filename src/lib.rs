@@ -53,6 +53,9 @@
 //!   driver's accounting.
 //! - [`runlog`]: a run directory read back: the spans, the per-epoch table, a job's ranks
 //!   and the timeline.
+//! - [`settings`]: the settings table (every setting's variables, default and doc) and the
+//!   environment as gpuspan reads it (the launcher's rank, the PyTorch switches), for
+//!   front ends and commands that must agree with it.
 //! - `pipeline` (feature `pipeline`): the export queue and the sampler's ticks, for
 //!   collectors of other programs' spans such as `gpuspan collect`.
 //!
@@ -88,6 +91,7 @@ mod record;
 mod resource;
 pub mod runlog;
 mod sampler;
+pub mod settings;
 mod signals;
 pub mod source;
 mod span;
@@ -104,19 +108,6 @@ pub use source::drm::__private as __drm;
 
 pub use config::{Compression, Exporter, InvalidValue, Protocol, DEFAULT_SAMPLE_INTERVAL};
 
-/// The settings table and the grammars of its values, for the Python package and for the
-/// tests that keep the variables, the builder setters and the Python keywords in step.
-/// Not a stable API.
-#[doc(hidden)]
-pub mod settings {
-    pub use crate::config::parse::{boolean, duration, fraction, listen_addr};
-    pub use crate::config::torch::{
-        torch, torch_memory_history, torch_phases, DEFAULT_MEMORY_HISTORY_ENTRIES,
-    };
-    pub use crate::config::{cuda_device, devices_chosen, hip_device, launcher_rank};
-    pub use crate::config::{Setting, Vars};
-    pub use crate::telemetry::{setting, settings};
-}
 pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
 pub use layer::record_allocator;

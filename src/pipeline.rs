@@ -4,6 +4,9 @@
 //! other collectors that put gpuspan's memory figures on spans they receive. A program
 //! that traces its own loop needs none of it: the crate root is that program's API.
 //!
+//! How the collector's settings read the environment, and the environment's names a
+//! command gives the programs it starts, are in [`settings`](crate::settings).
+//!
 //! What a collector takes from here, in the order data flows:
 //! - **Settings.** [`CodeSettings`] are what the collector sets in code; [`resolve`] reads
 //!   the rest from the environment as [`Telemetry`](crate::Telemetry) does, into
@@ -11,9 +14,9 @@
 //!   forwarded ([`describe`] says it for people).
 //! - **Ticks.** A [`TickObserver`] given to
 //!   [`Builder::tick_observer`](crate::Builder::tick_observer) sees every [`Tick`] of the
-//!   sampler. A [`TimelineStore`] keeps ticks as range maxima at several resolutions and
-//!   answers a span's window with a [`WindowMax`]; a [`ProcessTable`], filled by
-//!   [`gpu_source`], holds every process's GPU memory for spans of other processes.
+//!   sampler, to keep as the collector needs (`gpuspan collect` keeps range maxima); a
+//!   [`ProcessTable`], filled by [`gpu_source`], holds every process's GPU memory for
+//!   spans of other processes.
 //! - **Figures.** [`SpanFigures`] are a span's memory figures; [`SpanFigures::numbers`] and
 //!   [`device_keys`] give the attributes the SDK's own spans carry, with the same names.
 //! - **The export queue.** A [`Queue`] runs items through an [`Accept`] step and hands them
@@ -26,41 +29,15 @@
 //! Threading: as each item's own documentation says; nothing here runs on a training
 //! thread.
 
-pub use crate::config::job::job_id_variable;
-pub use crate::config::parse::duration as parse_duration;
-/// `GPUSPAN_TORCH`: whether `gpuspan run` gives a Python command the PyTorch bootstrap.
-pub use crate::config::torch::torch as torch_bootstrap;
-pub use crate::config::vars::GPUSPAN_JOB_ID;
-pub use crate::config::{
-    resolve, service_name_variable, CodeSettings, Destination, OtlpTarget, Settings,
-};
-pub use crate::destinations::{
-    describe, forward as forward_target, ForwardTarget, LineFile, OpenError,
-};
+pub use crate::config::{resolve, CodeSettings, Destination, OtlpTarget, Settings};
+pub use crate::destinations::{describe, forward as forward_target, ForwardTarget, OpenError};
 pub use crate::export::health::ExportHealth;
-pub use crate::export::otlp::http::ClientError;
-pub use crate::export::otlp::request::{OtlpRequest, RequestClient, RequestError, SharedRequest};
-pub use crate::export::otlp::HeaderError;
-pub use crate::export::queue::{Accept, Backlog, Queue, QueueConfig, Transport};
+pub use crate::export::otlp::request::{OtlpRequest, SharedRequest};
+pub use crate::export::queue::{Accept, Queue, QueueConfig, Transport};
 pub use crate::export::sink::{Sink, SinkError, Undelivered};
-pub use crate::figures::{device_keys, Number, Reading, SpanFigures, Triple};
-pub use crate::source::processes::{ProcessList, ProcessTable};
-pub use crate::timeline::store::{Layout, TimelineStore, WindowMax};
+pub use crate::figures::{device_keys, Number, SpanFigures, Triple};
+pub use crate::source::processes::ProcessTable;
 pub use crate::timeline::{Tick, TickObserver};
-
-/// The default sample interval as the settings table writes it (`5ms`), for a collector's
-/// own flag.
-pub const DEFAULT_SAMPLE_INTERVAL_TEXT: &str =
-    crate::config::table::SAMPLE_INTERVAL.row.setting.default;
-
-/// A sample interval as `GPUSPAN_SAMPLE_INTERVAL` takes it (its grammar and its bounds), for
-/// a collector's own flag.
-///
-/// # Errors
-/// [`InvalidValue`](crate::InvalidValue), saying what would be accepted.
-pub fn parse_sample_interval(text: &str) -> Result<std::time::Duration, crate::InvalidValue> {
-    crate::config::table::SAMPLE_INTERVAL.read(text)
-}
 
 /// The node's GPUs as the SDK reads them: NVML's devices, then the AMD and Intel devices
 /// of the kernel's files (under the settings' sysfs and procfs roots), as one source on a

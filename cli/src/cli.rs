@@ -48,7 +48,7 @@ enum Command {
         #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
         mib: u64,
         /// The sampling interval to test (as `GPUSPAN_SAMPLE_INTERVAL` takes it).
-        #[arg(long, default_value = gpuspan::pipeline::DEFAULT_SAMPLE_INTERVAL_TEXT, value_parser = parse_sample_interval)]
+        #[arg(long, default_value = gpuspan::settings::DEFAULT_SAMPLE_INTERVAL_TEXT, value_parser = parse_sample_interval)]
         interval: Duration,
     },
     /// Compares two runs (run directories, job directories or OTLP/JSON traces files) by
@@ -122,7 +122,7 @@ fn parse_addr(text: &str) -> Result<Listen, String> {
 /// milliseconds), at least 10 ms. clap names the flag and the value around the message.
 fn parse_interval(text: &str) -> Result<Duration, String> {
     const LEAST: Duration = Duration::from_millis(10);
-    let interval = gpuspan::pipeline::parse_duration(text)
+    let interval = gpuspan::settings::duration(text)
         .map_err(|error| format!("expected {}", error.expected()))?;
     if interval < LEAST {
         return Err("expected at least 10ms, such as 500ms or 2s".to_owned());
@@ -132,7 +132,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 
 /// `--interval`: as `GPUSPAN_SAMPLE_INTERVAL` takes it (its grammar and its bounds).
 fn parse_sample_interval(text: &str) -> Result<Duration, String> {
-    gpuspan::pipeline::parse_sample_interval(text)
+    gpuspan::settings::sample_interval(text)
         .map_err(|error| format!("expected {}", error.expected()))
 }
 

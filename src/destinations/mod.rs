@@ -29,7 +29,9 @@ use crate::export::spans::QueueProcessor;
 use crate::runlog;
 
 #[cfg(feature = "pipeline")]
-pub use forward::{ForwardTarget, LineFile, OpenError};
+use forward::LineFile;
+#[cfg(feature = "pipeline")]
+pub use forward::{ForwardTarget, OpenError};
 pub(crate) use pipes::{Pipes, SpanQueue};
 
 /// Where `destination` sends, for people: `gpuspan collect`'s banner and the export

@@ -297,7 +297,7 @@ impl<I, X> Drop for Queue<I, X> {
 
 /// The items pushed but not yet accepted, and a way to have them taken now.
 #[derive(Debug, Clone, Default)]
-pub struct Backlog {
+pub(crate) struct Backlog {
     queued: Arc<AtomicUsize>,
     worker: Option<std::thread::Thread>,
 }

@@ -18,7 +18,7 @@ use columns::Slot;
 pub(crate) use columns::TRACED;
 pub(crate) use read::RecordBuilder;
 pub(crate) use reading::AtomicReading;
-pub use reading::Reading;
+pub(crate) use reading::Reading;
 
 use std::sync::Arc;
 

@@ -1,13 +1,11 @@
 //! The sampled timeline: what the sampler saw at each tick, handed to the consumers that
-//! keep it (the run directory's timeline file, the near-OOM ring, the collector's range-max
-//! store).
+//! keep it (the run directory's timeline file, the near-OOM ring, and through
+//! `pipeline`, a collector's store).
 //!
 //! Observers run on the sampler thread, never on the training thread: they must not block
 //! (no I/O; hand data to a thread of their own through a bounded queue).
 
 pub(crate) mod file;
-#[cfg(feature = "pipeline")]
-pub(crate) mod store;
 pub(crate) mod writer;
 
 /// One tick of the sampler: every figure it holds at a wall-clock instant.

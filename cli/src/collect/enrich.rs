@@ -6,8 +6,8 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
+use super::store::WindowMax;
 use gpuspan::names::attribute as attr;
-use gpuspan::pipeline::WindowMax;
 use gpuspan::pipeline::{device_keys, Number, SpanFigures, Triple};
 use gpuspan::GpuId;
 

@@ -42,6 +42,7 @@ mod pipeline;
 mod run;
 mod server;
 mod size;
+mod store;
 #[cfg(test)]
 mod testing;
 mod timeline;

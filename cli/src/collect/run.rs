@@ -57,7 +57,7 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     let Some(program) = command.first() else {
         return Err(CollectError::NoCommand);
     };
-    let bootstrap_python = gpuspan::pipeline::torch_bootstrap()?;
+    let bootstrap_python = gpuspan::settings::torch()?;
     let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
     let collector = Collector::builder()
         .grpc_addr(Some(loopback))
@@ -66,7 +66,7 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
         .start()?;
     let addr = collector.grpc_addr().unwrap_or(loopback);
     let service =
-        gpuspan::pipeline::service_name_variable().unwrap_or_else(|| service_from(command));
+        gpuspan::settings::service_name_variable().unwrap_or_else(|| service_from(command));
     let ids = random_ids();
     let (trace_id, span_id) = (ids[..16].to_vec(), ids[16..24].to_vec());
 
@@ -96,8 +96,8 @@ pub fn run(command: &[OsString], protocol: Protocol) -> Result<RunOutcome, Colle
     } else {
         None
     };
-    if gpuspan::pipeline::job_id_variable().is_none() {
-        child.env(gpuspan::pipeline::GPUSPAN_JOB_ID, collector.run_id());
+    if gpuspan::settings::job_id_variable().is_none() {
+        child.env(gpuspan::settings::GPUSPAN_JOB_ID, collector.run_id());
     }
     if std::env::var_os("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS").is_none() {
         // The Python SDK reports `process.pid` only with its process detector; the pid

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::util::lock;
 use gpuspan::pipeline::ProcessTable;
-use gpuspan::pipeline::{Layout, TimelineStore, WindowMax};
 use gpuspan::pipeline::{Tick, TickObserver};
 use gpuspan::GpuId;
 
+use super::store::{Layout, TimelineStore, WindowMax};
 use super::tree::ProcessTree;
 
 /// Processes followed at once; the one unseen longest makes room for a new one.
