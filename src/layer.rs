@@ -69,6 +69,8 @@ where
 }
 
 /// How a guard leaves its span.
+// Boxing the figures would allocate on the training thread for every span.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Ending {
     /// Measured: the figures go to the span processor with the closing span.

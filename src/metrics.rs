@@ -101,6 +101,35 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
             })
             .build();
 
+        if shared.power_base().is_some() {
+            let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
+            meter
+                .f64_observable_counter(metric::HW_ENERGY)
+                .with_unit("J")
+                .with_description("Energy the GPU drew since gpuspan started reading it")
+                .with_callback(move |observer| {
+                    for (i, attributes) in d.iter().enumerate() {
+                        if let Some(mj) = s.device_energy(i) {
+                            observer.observe(mj as f64 / 1000.0, attributes);
+                        }
+                    }
+                })
+                .build();
+            let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
+            meter
+                .f64_observable_gauge(metric::HW_POWER)
+                .with_unit("W")
+                .with_description("Power the GPU draws")
+                .with_callback(move |observer| {
+                    for (i, attributes) in d.iter().enumerate() {
+                        if let Some(mw) = s.device_power(i) {
+                            observer.observe(mw as f64 / 1000.0, attributes);
+                        }
+                    }
+                })
+                .build();
+        }
+
         let (s, d) = (Arc::clone(shared), Arc::clone(&devices));
         let window = shared.register_peak_window();
         meter

@@ -86,6 +86,33 @@ pub mod attribute {
     /// Process device memory minus allocator reserved: what the framework does not see.
     pub const GPU_MEMORY_NON_ALLOCATOR_PEAK: &str = "gpu.memory.non_allocator.peak";
 
+    /// The energy the devices in scope drew while the span was open, in joules: their
+    /// energy counters' increase, or for a span shorter than the counters' update period
+    /// the sampler's power readings times its duration.
+    pub const GPU_ENERGY: &str = "gpu.energy";
+    /// `true` when [`GPU_ENERGY`] came from power readings, not the counters.
+    pub const GPU_ENERGY_ESTIMATED: &str = "gpu.energy.estimated";
+    /// What [`GPU_ENERGY`] covers beyond the devices: `gpu` (a MIG instance's span: the
+    /// whole GPU's figure), `socket` (an APU: the CPU's included). Absent: the devices.
+    pub const GPU_ENERGY_SCOPE: &str = "gpu.energy.scope";
+    /// [`GPU_ENERGY`] over the span's `batch_size`, in joules per sample.
+    pub const GPU_ENERGY_PER_SAMPLE: &str = "gpu.energy.per_sample";
+    /// With several devices, each one's energy is `gpu.<index>.energy`: this suffix after
+    /// [`GPU_DEVICE_PREFIX`] and the index.
+    pub const GPU_DEVICE_ENERGY_SUFFIX: &str = ".energy";
+    /// [`GPU_ENERGY`] over the span's duration, in watts.
+    pub const GPU_POWER_AVG: &str = "gpu.power.avg";
+    /// The clock event reasons seen while the span was open (`sw_power_cap`,
+    /// `hw_slowdown`, `sync_boost`, `sw_thermal_slowdown`, `hw_thermal_slowdown`,
+    /// `hw_power_brake`), a string array; absent when none.
+    pub const GPU_THROTTLE_REASONS: &str = "gpu.throttle.reasons";
+    /// The share (0 to 1) of the power readings taken while the span was open that found
+    /// the clocks held down.
+    pub const GPU_THROTTLE_SHARE: &str = "gpu.throttle.share";
+    /// The lowest SM clock read while the span was open (the reading current when it
+    /// opened included), in MHz.
+    pub const GPU_CLOCK_SM_MIN: &str = "gpu.clock.sm.min";
+
     /// Host resident memory of this process at the span's start.
     pub const PROCESS_MEMORY_START: &str = "process.memory.start";
     /// Host resident memory at the span's end.
@@ -179,6 +206,8 @@ pub mod sampler_call {
     pub const PROCESSES: &str = "processes";
     /// A device's utilization read.
     pub const UTILIZATION: &str = "utilization";
+    /// A round of energy, power and clock reads of every device.
+    pub const POWER: &str = "power";
 }
 
 /// Span event names: the findings of diagnosis.
@@ -197,6 +226,13 @@ pub mod event {
     pub const FINDINGS: [&str; 5] = [LEAK_SUSPECTED, NEAR_OOM, OOM, PEER_OOM, BUDGET_EXCEEDED];
 }
 
+/// Span events about the clocks, not memory findings: no counter, no mark in the summary.
+pub mod clock_event {
+    /// A span's share of throttled power readings reached the threshold: the clocks were
+    /// held down for much of it (its attributes: the reasons, the share, the lowest clock).
+    pub const THROTTLED: &str = "gpu.throttled";
+}
+
 /// Metric instrument names.
 pub mod metric {
     /// Device memory in use, per device.
@@ -207,6 +243,11 @@ pub mod metric {
     pub const HW_GPU_MEMORY_UTILIZATION: &str = "hw.gpu.memory.utilization";
     /// NVML's GPU utilization, per device.
     pub const HW_GPU_UTILIZATION: &str = "hw.gpu.utilization";
+    /// The energy a device drew since the sampler started, in joules (a counter), per
+    /// device.
+    pub const HW_ENERGY: &str = "hw.energy";
+    /// The power a device draws, in watts, per device.
+    pub const HW_POWER: &str = "hw.power";
     /// The highest device memory since the previous collection, per device.
     pub const GPU_MEMORY_PEAK: &str = "gpu.memory.peak";
     /// Host resident memory of this process.

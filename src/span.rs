@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use tracing::field::{Field, Value};
 use tracing::span::EnteredSpan;
 
-use crate::figures::{Number, Reading, SpanFigures, Triple, TRACED};
+use crate::figures::{Number, Reading, SpanEnergy, SpanFigures, Triple, TRACED};
 use crate::layer::{current, Ending, LayerState};
 use crate::sampler::{figure, Shared, Watermark};
 
@@ -212,6 +212,52 @@ fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
         resolution_ns: widest(figure::GPU_RESOLUTION),
         process_resolution_ns: widest(figure::PROCESS_RESOLUTION),
         error,
+        energy: shared
+            .power_base()
+            .map(|base| energy(shared, watermark, base))
+            .unwrap_or_default(),
+    }
+}
+
+/// What the sampler's power totals moved by while the span was open.
+fn energy(shared: &Shared, watermark: &Watermark, base: usize) -> SpanEnergy {
+    use figure::power as slot;
+    let moved = |figure: usize| {
+        let (start, end) = (
+            watermark.start(base + figure),
+            shared.reading(base + figure),
+        );
+        end.get()?.checked_sub(start.get()?)
+    };
+    let reset = moved(slot::RESETS) != Some(0);
+    let counted = |figure: usize| moved(figure).filter(|_| !reset);
+    let mut reasons = 0u32;
+    for i in 0..crate::figures::energy::REASONS.len() {
+        if moved(slot::REASON0 + i).unwrap_or(0) > 0 {
+            reasons |= 1 << i;
+        }
+    }
+    let low = slot::SM_CLOCK_LOW + base;
+    let devices = shared.devices().len();
+    SpanEnergy {
+        read: true,
+        counted_mj: counted(slot::ENERGY),
+        reset,
+        power_sum_mw: moved(slot::POWER_SUM),
+        power_reads: moved(slot::POWER_READS).unwrap_or(0),
+        power_now_mw: shared.reading(base + slot::POWER_NOW).get(),
+        throttled_reads: moved(slot::THROTTLED).unwrap_or(0),
+        reasons,
+        lowest_sm_mhz: crate::sampler::power::lowest_clock(
+            watermark.peak(low).max(shared.reading(low)),
+        ),
+        devices_mj: if devices > 1 {
+            (0..devices)
+                .map(|i| counted(slot::DEVICE_ENERGY0 + i))
+                .collect()
+        } else {
+            Vec::new()
+        },
     }
 }
 

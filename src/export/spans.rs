@@ -21,7 +21,8 @@ use super::queue::{Accept, Backlog, Queue, QueueConfig, Transport};
 use super::returns::{Returned, Returns};
 use super::sink::Exporter;
 use super::tap::SpanTap;
-use crate::figures::{DeviceNames, Reading, RecordBuilder, SpanFigures};
+use crate::figures::energy::EnergyContext;
+use crate::figures::{DeviceNames, Reading, RecordBuilder, SpanEnergy, SpanFigures};
 use crate::names::attribute as attr;
 use crate::sampler::Shared;
 
@@ -44,12 +45,14 @@ impl QueueProcessor {
         shared: Arc<Shared>,
     ) -> std::io::Result<Self> {
         let returns = Arc::new(Returns::default());
+        let shared_threshold = shared.throttle_threshold();
         let intake = SpanIntake {
             taps,
             shared,
             returns: Arc::clone(&returns),
             returned: Vec::new(),
             attributes: Vec::new(),
+            throttle_threshold: shared_threshold,
         };
         let queue = Queue::start("gpuspan-spans", sink.map(Exporter), intake, config, health)?;
         Ok(Self {
@@ -102,6 +105,8 @@ struct SpanIntake {
     returned: Vec<Returned>,
     /// This span's memory attributes, before they join its own in a list of their size.
     attributes: Vec<opentelemetry::KeyValue>,
+    /// The share of throttled power readings from which a span gets `gpu.throttled`.
+    throttle_threshold: f64,
 }
 
 impl Accept for SpanIntake {
@@ -131,6 +136,9 @@ impl Accept for SpanIntake {
             };
             self.attributes.clear();
             figures.write(&devices, &mut self.attributes, record.as_mut());
+            if figures.energy.read {
+                self.energy(&mut span, &figures.energy);
+            }
             // Sized exactly: a list the allocator can hand back as it was freed.
             let mut attributes = Vec::with_capacity(span.attributes.len() + self.attributes.len());
             attributes.append(&mut span.attributes);
@@ -142,6 +150,10 @@ impl Accept for SpanIntake {
                 if let Some(record) = &mut record {
                     record.error = Some(error.clone());
                 }
+            }
+            if figures.energy.devices_mj.capacity() > 0 {
+                let devices = std::mem::take(&mut figures.energy.devices_mj);
+                self.returned.push(Returned::DeviceEnergy(devices));
             }
             if figures.devices.capacity() > 0 {
                 self.returned
@@ -160,6 +172,45 @@ impl Accept for SpanIntake {
 
     fn flush(&mut self) {
         each_tap(&mut self.taps, |tap| tap.flush());
+    }
+}
+
+impl SpanIntake {
+    /// Adds the span's energy and throttle attributes, and its `gpu.throttled` event when
+    /// the clocks were held down for more than the threshold's share of it.
+    fn energy(&mut self, span: &mut SpanData, energy: &SpanEnergy) {
+        let batch_size = span
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == attr::BATCH_SIZE)
+            .and_then(|kv| match kv.value {
+                opentelemetry::Value::I64(v) => Some(v),
+                _ => None,
+            });
+        let context = EnergyContext {
+            duration: span
+                .end_time
+                .duration_since(span.start_time)
+                .unwrap_or_default(),
+            batch_size,
+            counter_period: self.shared.energy_period(),
+            scope: self.shared.energy_scope(),
+            device_keys: self.shared.energy_keys(),
+        };
+        energy.write(&context, &mut self.attributes);
+        if energy
+            .throttle_share()
+            .is_some_and(|share| share > 0.0 && share >= self.throttle_threshold)
+        {
+            let mut attributes = Vec::with_capacity(3);
+            energy.throttle_attributes(&mut attributes);
+            span.events.events.push(opentelemetry::trace::Event::new(
+                crate::names::clock_event::THROTTLED,
+                span.end_time,
+                attributes,
+                0,
+            ));
+        }
     }
 }
 

@@ -10,12 +10,14 @@
 //! [`SpanRecord`]: crate::record::SpanRecord
 
 mod columns;
+pub(crate) mod energy;
 mod read;
 mod reading;
 
 pub use columns::Number;
 use columns::Slot;
 pub(crate) use columns::TRACED;
+pub use energy::SpanEnergy;
 pub(crate) use read::RecordBuilder;
 pub(crate) use reading::AtomicReading;
 pub(crate) use reading::Reading;
@@ -106,6 +108,8 @@ pub struct SpanFigures {
     pub process_resolution_ns: Option<u64>,
     /// Why the span failed: devices lost while it was open, or a panic.
     pub error: Option<String>,
+    /// Energy, power and clocks while the span was open (`gpu.energy`, ...).
+    pub energy: SpanEnergy,
 }
 
 impl SpanFigures {
@@ -362,6 +366,7 @@ mod tests {
                     resolution_ns: None,
                     process_resolution_ns: Some(5_000_000),
                     error: (variant == 4).then(|| "device 1 was lost".to_owned()),
+                    energy: Default::default(),
                 };
                 // The program recorded its own allocator peak on the span.
                 let extra = if variant == 5 {

@@ -15,10 +15,17 @@ pub(crate) enum Call {
     Processes,
     /// One device's utilization read.
     Utilization,
+    /// One round of energy, power and clock reads of every device.
+    Power,
 }
 
 impl Call {
-    pub(crate) const ALL: [Self; 3] = [Self::Memory, Self::Processes, Self::Utilization];
+    pub(crate) const ALL: [Self; 4] = [
+        Self::Memory,
+        Self::Processes,
+        Self::Utilization,
+        Self::Power,
+    ];
 
     /// The value of `gpuspan.sampler.call` on `gpuspan.sampler.read.duration`.
     pub(crate) fn name(self) -> &'static str {
@@ -26,6 +33,7 @@ impl Call {
             Self::Memory => sampler_call::MEMORY,
             Self::Processes => sampler_call::PROCESSES,
             Self::Utilization => sampler_call::UTILIZATION,
+            Self::Power => sampler_call::POWER,
         }
     }
 }

@@ -34,12 +34,37 @@ pub(crate) mod figure {
     pub(crate) const GPU_RESOLUTION: usize = 6;
     /// First per-device figure.
     pub(crate) const DEVICE0: usize = 7;
+
+    /// The power totals (`sampler/power.rs`), after the per-device figures, when the
+    /// source reads energy, power or clocks: positions from [`Shared::power_base`].
+    ///
+    /// [`Shared::power_base`]: super::Shared::power_base
+    pub(crate) mod power {
+        /// The energy counters' increase, summed over the devices, in mJ.
+        pub(crate) const ENERGY: usize = 0;
+        /// How often a counter went back or stopped answering.
+        pub(crate) const RESETS: usize = 1;
+        /// The power readings' sum, in mW, and their count.
+        pub(crate) const POWER_SUM: usize = 2;
+        pub(crate) const POWER_READS: usize = 3;
+        /// The latest power reading, in mW.
+        pub(crate) const POWER_NOW: usize = 4;
+        /// Power readings with the clocks held down.
+        pub(crate) const THROTTLED: usize = 5;
+        /// Readings with each of `power::REASONS`, in its order.
+        pub(crate) const REASON0: usize = 6;
+        /// The lowest SM clock, upside down (`power::lowest_clock`).
+        pub(crate) const SM_CLOCK_LOW: usize = REASON0 + super::super::power::REASONS.len();
+        /// Each device's counter increase, in mJ.
+        pub(crate) const DEVICE_ENERGY0: usize = SM_CLOCK_LOW + 1;
+    }
 }
 
 mod cadence;
 mod cost;
 mod driver_check;
 mod meter;
+pub(crate) mod power;
 mod processes;
 mod shared;
 mod watermark;
@@ -95,6 +120,7 @@ impl Sampler {
     pub(crate) fn start(
         mut source: Option<Box<dyn MemorySource>>,
         interval: Duration,
+        power_interval: Duration,
         observers: Vec<Box<dyn TickObserver>>,
     ) -> std::io::Result<Self> {
         let interval = crate::source::read_interval(source.as_deref(), interval);
@@ -105,9 +131,18 @@ impl Sampler {
         let lister = source.as_mut().and_then(|s| s.process_lister());
         let processes =
             lister.map(|lister| Arc::new(Processes::new(lister, devices.len(), interval)));
-        let shared = Arc::new(Shared::new(name, devices, interval));
+        let power = source
+            .as_deref_mut()
+            .and_then(|s| power::Power::probe(s, power_interval));
+        let mut shared = Shared::new(name, devices, interval);
+        if power.is_some() {
+            let scope = source.as_deref().and_then(|s| s.energy_scope());
+            shared.read_power(power::Power::slots(shared.devices.len()), scope);
+        }
+        let shared = Arc::new(shared);
         let mut ticker = Ticker::new(source, Arc::clone(&shared), observers, interval);
         ticker.processes = processes.clone();
+        ticker.power = power;
         ticker.tick();
         let stop = Arc::new(AtomicBool::new(false));
         let processes = match processes {
@@ -203,6 +238,8 @@ struct Ticker {
     first_tick: Option<Instant>,
     /// This process's memory per device, when the source lists processes apart.
     processes: Option<Arc<Processes>>,
+    /// Energy, power and clocks, when the source reads them.
+    power: Option<power::Power>,
 }
 
 impl Ticker {
@@ -217,13 +254,14 @@ impl Ticker {
             cadence: Cadence::new(interval),
             first_tick: None,
             processes: None,
+            power: None,
             observers,
             tick_used: vec![None; n],
             tick_totals: vec![None; n],
             source,
             host: HostMemory::open(),
             readings: vec![DeviceReading::default(); n],
-            figures: vec![Reading::NONE; figure::DEVICE0 + n],
+            figures: vec![Reading::NONE; shared.latest.len()],
             shared,
             warned: 0,
             last_tick: None,
@@ -273,8 +311,11 @@ impl Ticker {
         let first = *self.first_tick.get_or_insert(now);
         let elapsed = processes::nanos(now - first);
         self.shared.elapsed_ns.store(elapsed, Ordering::Relaxed);
-        self.figures.fill(Reading::NONE);
+        let memory = figure::DEVICE0 + self.shared.devices.len();
+        // The power totals stay between their own reads.
+        self.figures[..memory].fill(Reading::NONE);
         let failing = self.read_devices();
+        self.read_power(now, memory);
         if let Some(widened) = self.cadence.widened() {
             let widened = Reading::some(processes::nanos(widened));
             self.figures[figure::GPU_RESOLUTION] = widened;
@@ -298,6 +339,25 @@ impl Ticker {
         }
         shared.ticks.fetch_add(1, Ordering::Relaxed);
         self.notify_observers();
+    }
+
+    /// Reads energy, power and clocks when their interval has passed.
+    fn read_power(&mut self, now: Instant, base: usize) {
+        let (Some(power), Some(source)) = (self.power.as_mut(), self.source.as_mut()) else {
+            return;
+        };
+        let started = Instant::now();
+        if power.tick(source.as_mut(), now, &mut self.figures, base) {
+            self.shared.meter(Call::Power, started.elapsed());
+            for (slot, mw) in self.shared.power_mw.iter().zip(power.device_power()) {
+                slot.store(mw.into());
+            }
+            if let Some(period) = power.period {
+                self.shared
+                    .energy_period_ns
+                    .store(Reading::some(processes::nanos(period)));
+            }
+        }
     }
 
     /// Hands this tick to the observers (timeline file, near-OOM ring, range-max store).

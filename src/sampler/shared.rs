@@ -56,6 +56,18 @@ pub(crate) struct Shared {
     meter: OnceLock<Box<dyn SelfMeter>>,
     /// The process peaks held against the driver's accounting, as the run ended.
     pub(super) driver_check: Mutex<Vec<DriverCheck>>,
+    /// Where the power totals start in `latest`, when the source reads them.
+    power_base: Option<usize>,
+    /// `gpu.<i>.energy` of every device, made once.
+    energy_keys: Vec<opentelemetry::Key>,
+    /// What the energy covers beyond the devices (`gpu.energy.scope`).
+    energy_scope: Option<&'static str>,
+    /// The latest time between two moves of the energy counters, in ns.
+    pub(super) energy_period_ns: AtomicReading,
+    /// The share of throttled power readings from which a span gets `gpu.throttled`.
+    pub(super) throttle_threshold: f64,
+    /// Each device's latest power reading, in mW.
+    pub(super) power_mw: Box<[AtomicReading]>,
 }
 
 /// `gpu.<id>.memory.start` / `.end` / `.peak`, made once per device for the life of the
@@ -142,7 +154,71 @@ impl Shared {
             process_cost_ns: AtomicReading::none(),
             meter: OnceLock::new(),
             driver_check: Mutex::new(Vec::new()),
+            power_base: None,
+            energy_keys: Vec::new(),
+            energy_scope: None,
+            energy_period_ns: AtomicReading::none(),
+            throttle_threshold: crate::figures::energy::DEFAULT_THROTTLE_THRESHOLD,
+            power_mw: atomics(n),
         }
+    }
+
+    /// Makes room for the power totals (`slots` figures after the per-device ones): the
+    /// source reads energy, power or clocks. Before the sampler starts.
+    pub(super) fn read_power(&mut self, slots: usize, scope: Option<&'static str>) {
+        let base = self.latest.len();
+        self.latest = (0..base + slots).map(|_| AtomicReading::none()).collect();
+        self.power_base = Some(base);
+        self.energy_scope = scope;
+        self.energy_keys = self
+            .device_ids
+            .iter()
+            .map(|&id| {
+                opentelemetry::Key::from(format!(
+                    "{}{id}{}",
+                    crate::names::attribute::GPU_DEVICE_PREFIX,
+                    crate::names::attribute::GPU_DEVICE_ENERGY_SUFFIX
+                ))
+            })
+            .collect();
+    }
+
+    /// Where the power totals start among the figures, when the source reads them.
+    pub(crate) fn power_base(&self) -> Option<usize> {
+        self.power_base
+    }
+
+    /// `gpu.<i>.energy` of every device in scope (empty without power figures).
+    pub(crate) fn energy_keys(&self) -> &[opentelemetry::Key] {
+        &self.energy_keys
+    }
+
+    /// What the energy figures cover beyond the devices (`gpu.energy.scope`).
+    pub(crate) fn energy_scope(&self) -> Option<&'static str> {
+        self.energy_scope
+    }
+
+    /// The energy device `i` drew since the sampler started, in mJ, when its counter is
+    /// read.
+    pub(crate) fn device_energy(&self, device: usize) -> Option<u64> {
+        let base = self.power_base?;
+        self.reading(base + super::figure::power::DEVICE_ENERGY0 + device)
+            .get()
+    }
+
+    /// Device `i`'s latest power reading, in mW.
+    pub(crate) fn device_power(&self, device: usize) -> Option<u64> {
+        self.power_mw.get(device)?.load().get()
+    }
+
+    /// The share of throttled power readings from which a span gets `gpu.throttled`.
+    pub(crate) fn throttle_threshold(&self) -> f64 {
+        self.throttle_threshold
+    }
+
+    /// The latest time between two moves of the energy counters, once seen.
+    pub(crate) fn energy_period(&self) -> Option<Duration> {
+        self.energy_period_ns.load().get().map(Duration::from_nanos)
     }
 
     /// Sends the sampler's measurements of itself to `meter` from now on (once).

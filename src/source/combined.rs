@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Device, DeviceReading, DriverPeak, MemorySource, ProcessLister};
+use super::{Device, DeviceReading, DriverPeak, MemorySource, PowerReading, ProcessLister};
 
 /// `first`'s devices, then `second`'s.
 pub(crate) struct Combined {
@@ -49,6 +49,17 @@ impl MemorySource for Combined {
         let (first, second) = out.split_at_mut(split);
         self.first.read(first);
         self.second.read(second);
+    }
+
+    fn read_power(&mut self, out: &mut [PowerReading]) {
+        let split = self.split().min(out.len());
+        let (first, second) = out.split_at_mut(split);
+        self.first.read_power(first);
+        self.second.read_power(second);
+    }
+
+    fn energy_scope(&self) -> Option<&'static str> {
+        self.first.energy_scope().or(self.second.energy_scope())
     }
 
     fn min_interval(&self) -> Option<Duration> {

@@ -66,6 +66,23 @@ pub struct DeviceReading {
     pub error: Option<String>,
 }
 
+/// One reading of a device's energy, power and clocks, taken at the power cadence (slower
+/// than memory's). `None` means "not measured", never zero.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PowerReading {
+    /// The device's energy counter, in millijoules since the driver loaded (NVML's total
+    /// energy). It goes back only when the driver reloads.
+    pub energy_mj: Option<u64>,
+    /// The power drawn now, in milliwatts.
+    pub power_mw: Option<u64>,
+    /// Why the clocks are held down now: NVML's clock event reason bits
+    /// (`nvmlClocksEventReason*`).
+    pub clock_reasons: Option<u64>,
+    /// The SM clock now, in MHz.
+    pub sm_clock_mhz: Option<u64>,
+}
+
 /// Something that reads GPU memory: NVML, `nvidia-smi`, or your own.
 ///
 /// The sampler thread owns the source and calls [`read`](MemorySource::read) at every
@@ -93,6 +110,19 @@ pub trait MemorySource: Send + 'static {
     /// own and [`read`](MemorySource::read) leaves [`DeviceReading::process_used`] unset.
     /// Called once, before the first read.
     fn process_lister(&mut self) -> Option<Box<dyn ProcessLister>> {
+        None
+    }
+
+    /// Reads every device's energy counter, power and clocks into `out` (one entry per
+    /// device), at the sampler's power cadence. A device whose figures another device of
+    /// the list already gave (a second MIG instance of one GPU) leaves them unset, so that
+    /// sums count each board once. By default nothing is read.
+    fn read_power(&mut self, _out: &mut [PowerReading]) {}
+
+    /// What the energy figures cover when it is more than the devices themselves: `gpu`
+    /// when a device is a MIG instance (the counter is the whole GPU's), `socket` for an
+    /// APU whose figure includes the CPU. `None`: the devices, exactly.
+    fn energy_scope(&self) -> Option<&'static str> {
         None
     }
 

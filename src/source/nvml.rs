@@ -11,7 +11,9 @@ use nvml_wrapper::{Device as NvmlDevice, Nvml};
 use nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE;
 
 use super::processes::{ProcessList, ProcessTable};
-use super::{Device, DeviceReading, DeviceScope, DriverPeak, MemorySource, ProcessLister};
+use super::{
+    Device, DeviceReading, DeviceScope, DriverPeak, MemorySource, PowerReading, ProcessLister,
+};
 
 /// Reads device memory and utilization from NVML, and this process's memory through its
 /// [`NvmlProcesses`] until the sampler takes that over.
@@ -30,6 +32,12 @@ pub(crate) struct NvmlSource {
     utilization_time: Option<Duration>,
     /// This process's memory, listed at every read until `process_lister` hands it over.
     processes: Option<NvmlProcesses>,
+    /// Per device, the whole GPU's handle (a MIG instance's parent) that energy, power
+    /// and clocks are read from, or `None` when an earlier device has the same GPU.
+    boards: Vec<Option<nvml_wrapper_sys::bindings::nvmlDevice_t>>,
+    /// Per device: which of energy, power, clock reasons and SM clock the driver answers
+    /// (`false` once it said it never will).
+    power_queries: Vec<[bool; 4]>,
 }
 
 /// How often utilization is read from the driver.
@@ -69,6 +77,7 @@ impl NvmlSource {
         })?;
         let picked = scope.pick(devices_in_scope(&nvml, count, scope));
         let (handles, devices): (Vec<_>, Vec<_>) = picked.into_iter().unzip();
+        let boards = boards(&nvml, &handles, &devices);
         let n = devices.len();
         let nvml = Arc::new(nvml);
         Ok(Self {
@@ -85,6 +94,8 @@ impl NvmlSource {
             utilization: vec![None; n],
             utilization_read: None,
             utilization_time: None,
+            power_queries: vec![[true; 4]; n],
+            boards,
         })
     }
 
@@ -152,6 +163,32 @@ impl MemorySource for NvmlSource {
             }
         }
         self.utilization_time = read_utilization.then_some(utilization_time);
+    }
+
+    fn read_power(&mut self, out: &mut [PowerReading]) {
+        for (i, reading) in out.iter_mut().enumerate().take(self.boards.len()) {
+            let Some(handle) = self.boards[i] else {
+                continue;
+            };
+            // SAFETY: the handle came from `self.nvml`, which outlives this borrow.
+            let device = unsafe { NvmlDevice::new(handle, &self.nvml) };
+            let asked = &mut self.power_queries[i];
+            reading.energy_mj = ask(&mut asked[0], || device.total_energy_consumption());
+            reading.power_mw = ask(&mut asked[1], || device.power_usage().map(u64::from));
+            reading.clock_reasons = ask(&mut asked[2], || clock_event_reasons(&self.nvml, &device));
+            reading.sm_clock_mhz = ask(&mut asked[3], || {
+                device
+                    .clock_info(nvml_wrapper::enum_wrappers::device::Clock::SM)
+                    .map(u64::from)
+            });
+        }
+    }
+
+    fn energy_scope(&self) -> Option<&'static str> {
+        self.devices
+            .iter()
+            .any(|d| d.mig.is_some())
+            .then_some("gpu")
     }
 
     fn process_lister(&mut self) -> Option<Box<dyn ProcessLister>> {
@@ -392,6 +429,67 @@ fn mig_instances<'nvml>(
             .filter_map(|mig| gpu.mig_device_by_index(mig).ok().map(|d| (mig, d)))
             .collect(),
     )
+}
+
+/// Per device, the GPU whose energy, power and clocks stand for it: itself, or a MIG
+/// instance's parent; `None` for a device whose GPU an earlier one already stands for, so
+/// that a board is counted once.
+fn boards(
+    nvml: &Nvml,
+    handles: &[nvml_wrapper_sys::bindings::nvmlDevice_t],
+    devices: &[Device],
+) -> Vec<Option<nvml_wrapper_sys::bindings::nvmlDevice_t>> {
+    let mut seen = Vec::new();
+    handles
+        .iter()
+        .zip(devices)
+        .map(|(&handle, device)| {
+            if seen.contains(&device.index) {
+                return None;
+            }
+            seen.push(device.index);
+            match device.mig {
+                None => Some(handle),
+                // SAFETY: the GPU's handle lives as long as `nvml`, as its instances' do.
+                Some(_) => nvml
+                    .device_by_index(device.index)
+                    .ok()
+                    .map(|gpu| unsafe { gpu.handle() }),
+            }
+        })
+        .collect()
+}
+
+/// NVML's clock event reasons, through `nvmlDeviceGetCurrentClocksEventReasons` where the
+/// driver has it, else its older name.
+fn clock_event_reasons(nvml: &Nvml, device: &NvmlDevice<'_>) -> Result<u64, NvmlError> {
+    let Ok(newer) = nvml.lib().nvmlDeviceGetCurrentClocksEventReasons.as_ref() else {
+        return device.current_throttle_reasons().map(|r| r.bits());
+    };
+    let mut reasons = 0u64;
+    // SAFETY: the symbol is NVML's, called with a handle of this library and a valid
+    // pointer, as nvml-wrapper calls the older one.
+    let code = unsafe { newer(device.handle(), &mut reasons) };
+    match code {
+        0 => Ok(reasons),
+        code => Err(nvml_wrapper::error::nvml_try(code)
+            .err()
+            .unwrap_or(NvmlError::Unknown)),
+    }
+}
+
+/// A reading's value, or `None`; stops asking (`asked` false) when the driver never will.
+fn ask(asked: &mut bool, read: impl FnOnce() -> Result<u64, NvmlError>) -> Option<u64> {
+    if !*asked {
+        return None;
+    }
+    match read() {
+        Ok(value) => Some(value),
+        Err(e) => {
+            *asked = !is_unsupported(&e);
+            None
+        }
+    }
 }
 
 /// Errors that mean "this driver will never answer this query": stop asking.

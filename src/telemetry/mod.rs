@@ -341,13 +341,16 @@ impl Inner {
                 source,
             })?;
         observers.extend(diagnosis.observers());
-        let sampler =
-            Sampler::start(source, settings.sample_interval, observers).map_err(|source| {
-                InitError::Thread {
-                    what: "sampler",
-                    source,
-                }
-            })?;
+        let sampler = Sampler::start(
+            source,
+            settings.sample_interval,
+            crate::sampler::power::DEFAULT_POWER_INTERVAL,
+            observers,
+        )
+        .map_err(|source| InitError::Thread {
+            what: "sampler",
+            source,
+        })?;
         diagnosis.attach(sampler.shared());
         let resource = crate::resource::build(&settings);
 

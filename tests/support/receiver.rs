@@ -342,7 +342,9 @@ pub enum AttrValue {
     Double(f64),
     Str(String),
     Bool(bool),
-    /// Arrays, key-value lists, bytes, or no value at all.
+    /// An array of strings.
+    Strs(Vec<String>),
+    /// Other arrays, key-value lists, bytes, or no value at all.
     Other,
 }
 
@@ -364,6 +366,13 @@ impl AttrValue {
     pub fn as_str(&self) -> Option<&str> {
         match self {
             AttrValue::Str(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_strs(&self) -> Option<Vec<&str>> {
+        match self {
+            AttrValue::Strs(v) => Some(v.iter().map(String::as_str).collect()),
             _ => None,
         }
     }
@@ -399,6 +408,10 @@ macro_rules! typed_attribute_lookups {
 
             pub fn bool_attr(&self, key: &str) -> Option<bool> {
                 self.attributes.get(key).and_then(AttrValue::as_bool)
+            }
+
+            pub fn strs_attr(&self, key: &str) -> Option<Vec<&str>> {
+                self.attributes.get(key).and_then(AttrValue::as_strs)
             }
         }
     };
@@ -1034,6 +1047,17 @@ fn attributes(key_values: &[KeyValue]) -> Attributes {
                 Some(any_value::Value::DoubleValue(v)) => AttrValue::Double(*v),
                 Some(any_value::Value::StringValue(v)) => AttrValue::Str(v.clone()),
                 Some(any_value::Value::BoolValue(v)) => AttrValue::Bool(*v),
+                Some(any_value::Value::ArrayValue(array)) => {
+                    let strings: Option<Vec<String>> = array
+                        .values
+                        .iter()
+                        .map(|v| match &v.value {
+                            Some(any_value::Value::StringValue(s)) => Some(s.clone()),
+                            _ => None,
+                        })
+                        .collect();
+                    strings.map_or(AttrValue::Other, AttrValue::Strs)
+                }
                 _ => AttrValue::Other,
             };
             (kv.key.clone(), value)

@@ -1,0 +1,184 @@
+//! Energy, power and clocks, read on the sampler thread at a cadence of their own (slower
+//! than memory's) and published as running totals that a span copies at its start and end.
+//!
+//! A span's energy is the difference of two totals, so the training thread only copies
+//! atomics, as it does for memory. The totals: the energy counters' increase summed over the
+//! devices (a counter that goes back, a driver reload, is not added and counts a reset
+//! instead, so a span open across it has no figure), the power readings' sum and count
+//! (their mean times a span's duration estimates the energy of a span shorter than the
+//! counter's update period), the readings with the clocks held down, and each reason's.
+
+use std::time::{Duration, Instant};
+
+use super::figure::power as slot;
+pub(crate) use crate::figures::energy::REASONS;
+use crate::figures::Reading;
+use crate::source::{MemorySource, PowerReading};
+
+/// How often energy, power and clocks are read unless set otherwise: a real counter moves
+/// every 20 to 100 ms, and these reads cost about as much as a memory read each.
+pub(crate) const DEFAULT_POWER_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Every reason's bit together: a reading with any of them is throttled.
+const THROTTLING: u64 = 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80;
+
+/// The sampler thread's power state: what it read last and the totals it publishes.
+pub(super) struct Power {
+    interval: Duration,
+    last_read: Option<Instant>,
+    readings: Vec<PowerReading>,
+    /// Per device, the counter's last value.
+    counters: Vec<Option<u64>>,
+    /// Per device, the counter's increase since the sampler started, in mJ.
+    device_energy: Vec<u64>,
+    energy: u64,
+    resets: u64,
+    power_sum: u64,
+    power_reads: u64,
+    power_now: Option<u64>,
+    throttled: u64,
+    reasons: [u64; REASONS.len()],
+    lowest_clock: Option<u64>,
+    /// When the summed counter last moved.
+    moved_at: Option<Instant>,
+    /// The latest time between two moves of the counters.
+    pub(super) period: Option<Duration>,
+}
+
+impl Power {
+    /// `None` when the source reads no energy, power or clocks at all (asked once).
+    pub(super) fn probe(source: &mut dyn MemorySource, interval: Duration) -> Option<Self> {
+        let n = source.devices().len();
+        let mut readings = vec![PowerReading::default(); n];
+        source.read_power(&mut readings);
+        let any = readings.iter().any(|r| {
+            r.energy_mj.is_some()
+                || r.power_mw.is_some()
+                || r.clock_reasons.is_some()
+                || r.sm_clock_mhz.is_some()
+        });
+        any.then(|| Self {
+            interval,
+            last_read: None,
+            readings,
+            counters: vec![None; n],
+            device_energy: vec![0; n],
+            energy: 0,
+            resets: 0,
+            power_sum: 0,
+            power_reads: 0,
+            power_now: None,
+            throttled: 0,
+            reasons: [0; REASONS.len()],
+            lowest_clock: None,
+            moved_at: None,
+            period: None,
+        })
+    }
+
+    /// How many figures the totals take with `devices` devices.
+    pub(super) fn slots(devices: usize) -> usize {
+        slot::DEVICE_ENERGY0 + devices
+    }
+
+    /// Reads the source when a power interval has passed since the last read, and writes
+    /// the totals into `figures` (from `base`). Returns whether it read.
+    pub(super) fn tick(
+        &mut self,
+        source: &mut dyn MemorySource,
+        now: Instant,
+        figures: &mut [Reading],
+        base: usize,
+    ) -> bool {
+        if self
+            .last_read
+            .is_some_and(|last| now.duration_since(last) < self.interval)
+        {
+            return false;
+        }
+        self.last_read = Some(now);
+        for reading in &mut self.readings {
+            *reading = PowerReading::default();
+        }
+        source.read_power(&mut self.readings);
+        self.add(now);
+        self.publish(&mut figures[base..]);
+        true
+    }
+
+    fn add(&mut self, now: Instant) {
+        let before = self.energy;
+        let mut power: Option<u64> = None;
+        let mut reasons = 0u64;
+        let mut lowest_clock: Option<u64> = None;
+        for (i, reading) in self.readings.iter().enumerate() {
+            match (self.counters[i], reading.energy_mj) {
+                (Some(last), Some(now)) if now >= last => {
+                    self.device_energy[i] += now - last;
+                    self.energy += now - last;
+                }
+                // Went back (a driver reload), or stopped answering: what was drawn in
+                // between is unknown.
+                (Some(_), _) => self.resets += 1,
+                (None, _) => {}
+            }
+            self.counters[i] = reading.energy_mj;
+            if let Some(mw) = reading.power_mw {
+                power = Some(power.unwrap_or(0) + mw);
+            }
+            reasons |= reading.clock_reasons.unwrap_or(0);
+            if let Some(clock) = reading.sm_clock_mhz {
+                lowest_clock = Some(lowest_clock.map_or(clock, |low| low.min(clock)));
+            }
+        }
+        if let Some(power) = power {
+            self.power_sum += power;
+            self.power_reads += 1;
+            if reasons & THROTTLING != 0 {
+                self.throttled += 1;
+            }
+            for (count, (_, bit)) in self.reasons.iter_mut().zip(REASONS) {
+                if reasons & bit != 0 {
+                    *count += 1;
+                }
+            }
+        }
+        self.power_now = power;
+        self.lowest_clock = lowest_clock;
+        if self.energy != before {
+            if let Some(at) = self.moved_at.replace(now) {
+                self.period = Some(now.duration_since(at));
+            }
+        }
+    }
+
+    /// Each device's latest power reading, in mW.
+    pub(super) fn device_power(&self) -> impl Iterator<Item = Option<u64>> + '_ {
+        self.readings.iter().map(|r| r.power_mw)
+    }
+
+    /// The totals, in `figure::power`'s order.
+    fn publish(&self, out: &mut [Reading]) {
+        let counted = self.counters.iter().any(Option::is_some);
+        let read = self.power_reads > 0;
+        out[slot::ENERGY] = counted.then_some(self.energy).into();
+        out[slot::RESETS] = Reading::some(self.resets);
+        out[slot::POWER_SUM] = read.then_some(self.power_sum).into();
+        out[slot::POWER_READS] = Reading::some(self.power_reads);
+        out[slot::POWER_NOW] = self.power_now.into();
+        out[slot::THROTTLED] = Reading::some(self.throttled);
+        for (i, &count) in self.reasons.iter().enumerate() {
+            out[slot::REASON0 + i] = Reading::some(count);
+        }
+        // Held upside down, so that a watermark's highest is the lowest clock.
+        out[slot::SM_CLOCK_LOW] = self.lowest_clock.map(|c| u64::MAX - 1 - c).into();
+        for (i, (&energy, counter)) in self.device_energy.iter().zip(&self.counters).enumerate() {
+            out[slot::DEVICE_ENERGY0 + i] = counter.map(|_| energy).into();
+        }
+    }
+}
+
+/// A lowest SM clock back from the figure that holds it upside down.
+pub(crate) fn lowest_clock(figure: Reading) -> Option<u64> {
+    figure.get().map(|v| u64::MAX - 1 - v)
+}
