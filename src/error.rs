@@ -16,6 +16,17 @@ pub enum InitError {
         /// What would be accepted.
         expected: String,
     },
+    /// A TLS file (a CA, a client certificate or key) is missing or holds no certificate
+    /// or key.
+    #[error("{name}={path:?}: {problem}")]
+    TlsFile {
+        /// The environment variable, or the builder setting, that named the file.
+        name: String,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it, and the fix.
+        problem: String,
+    },
     /// A global tracing subscriber is already set (gpuspan's or another).
     #[error(
         "a global tracing subscriber is already installed; call gpuspan::init() once per \

@@ -108,6 +108,10 @@ def init(
     headers: Mapping[str, str] = ...,
     timeout: _Duration = ...,
     compression: Literal["gzip", "none"] = ...,
+    certificate: str | PathLike[str] = ...,
+    client_certificate: str | PathLike[str] = ...,
+    client_key: str | PathLike[str] = ...,
+    insecure: bool | str = ...,
     traces_exporter: Literal["otlp", "console", "none", "run_dir"] = ...,
     metrics_exporter: Literal["otlp", "console", "none", "run_dir"] = ...,
     metric_export_interval: _Duration = ...,
@@ -156,6 +160,15 @@ def init(
     - timeout (OTEL_EXPORTER_OTLP_TIMEOUT): How long one OTLP export may take; shutdown waits at most this
       long. Default: 10000.
     - compression (OTEL_EXPORTER_OTLP_COMPRESSION): How OTLP requests are compressed. Default: none.
+    - certificate (OTEL_EXPORTER_OTLP_CERTIFICATE): The CA an https:// endpoint's certificate is
+      checked against, instead of the system's roots. Default: the system's roots, else the bundled
+      web roots.
+    - client_certificate (OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE): This client's certificate, for an
+      endpoint that asks for one (mutual TLS). Default: none.
+    - client_key (OTEL_EXPORTER_OTLP_CLIENT_KEY): This client's private key, with its certificate
+      (mutual TLS). Default: none.
+    - insecure (OTEL_EXPORTER_OTLP_INSECURE): Plain text to a gRPC endpoint given as host:port,
+      without a scheme. Default: false.
     - traces_exporter (OTEL_TRACES_EXPORTER): Where spans go. Default: otlp with an endpoint, else
       run_dir.
     - metrics_exporter (OTEL_METRICS_EXPORTER): Where metric points go. Default: otlp with an endpoint,

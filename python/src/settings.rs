@@ -153,6 +153,10 @@ fn setting(builder: Builder, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Bu
         }
         "timeout" => builder.timeout(duration(value)?),
         "compression" => builder.compression(parsed(value)?),
+        "certificate" => builder.certificate(value.extract::<PathBuf>()?),
+        "client_certificate" => builder.client_certificate(value.extract::<PathBuf>()?),
+        "client_key" => builder.client_key(value.extract::<PathBuf>()?),
+        "insecure" => builder.insecure(flag(value)?),
         "traces_exporter" => builder.traces_exporter(parsed(value)?),
         "metrics_exporter" => builder.metrics_exporter(parsed(value)?),
         "metric_export_interval" => builder.metric_export_interval(duration(value)?),

@@ -1,13 +1,14 @@
 //! Where each signal goes: the exporter chosen, else OTLP with an endpoint, else the run
 //! directory; for OTLP, the endpoint, transport, headers, timeout and compression of that
-//! signal.
+//! signal, with the TLS files it is reached with.
 
 use std::time::Duration;
 
 use super::layered::{layered, Env, Origin};
 use super::table::{self, Signal};
+use super::tls::{tls_files, TlsFiles};
 use super::{parse, CodeSettings, Compression, Exporter, Protocol};
-use crate::config::error::SettingError;
+use crate::error::InitError;
 
 /// Where one signal goes, fully resolved: the [`Exporter`] chosen, with the data it needs.
 /// `crate::destinations` matches it once for everything built from it.
@@ -42,6 +43,16 @@ pub struct OtlpTarget {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) timeout: Duration,
     pub(crate) compression: Compression,
+    /// The CA and client certificate for an `https://` endpoint.
+    pub(crate) tls: Box<TlsFiles>,
+}
+
+impl OtlpTarget {
+    /// Whether the endpoint is reached over TLS.
+    #[cfg_attr(not(feature = "_tls"), allow(dead_code))]
+    pub(crate) fn is_https(&self) -> bool {
+        self.endpoint.starts_with("https://")
+    }
 }
 
 /// The path OTLP/HTTP appends to a base endpoint.
@@ -56,7 +67,7 @@ pub(crate) fn destination(
     code: &CodeSettings,
     signal: Signal,
     env: Env<'_>,
-) -> Result<Destination, SettingError> {
+) -> Result<Destination, InitError> {
     let (row, code_exporter) = match signal {
         Signal::Traces => (&table::TRACES_EXPORTER, code.traces_exporter),
         Signal::Metrics => (&table::METRICS_EXPORTER, code.metrics_exporter),
@@ -78,6 +89,13 @@ pub(crate) fn destination(
     let protocol = layered(&table::PROTOCOL, code.protocol, on, env)?
         .map_or_else(table::PROTOCOL.value, |(p, _)| p);
     let own_var = table::ENDPOINT.setting.vars.precedence(on)[0];
+    let insecure = super::layered::resolved_for(&table::INSECURE, code.insecure, on, env)?;
+    let endpoint = match endpoint {
+        Some((url, origin)) if !has_scheme(&url) => {
+            Some((with_scheme(url, protocol, insecure, &origin)?, origin))
+        }
+        other => other,
+    };
     let endpoint = match endpoint {
         // A signal's own variable is the full URL, used as is.
         Some((url, Origin::Env(var))) if var == own_var => url,
@@ -110,7 +128,40 @@ pub(crate) fn destination(
         headers,
         timeout,
         compression,
+        tls: Box::new(tls_files(code, signal, env)?),
     }))
+}
+
+fn has_scheme(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://")
+}
+
+/// A `host:port` endpoint given without a scheme: gRPC's is TLS unless `insecure` says plain
+/// text (the OpenTelemetry specification's `OTEL_EXPORTER_OTLP_INSECURE`); HTTP's needs one.
+fn with_scheme(
+    url: String,
+    protocol: Protocol,
+    insecure: bool,
+    origin: &Origin,
+) -> Result<String, InitError> {
+    match protocol {
+        Protocol::Grpc if insecure => Ok(format!("http://{url}")),
+        Protocol::Grpc => Ok(format!("https://{url}")),
+        Protocol::HttpProtobuf => {
+            let name = match origin {
+                Origin::Code(setter) => *setter,
+                Origin::Env(var) => var,
+            };
+            Err(InitError::InvalidSetting {
+                name: name.to_owned(),
+                value: url,
+                expected: "a URL with http:// or https:// for http/protobuf (only a gRPC \
+                           endpoint may be host:port, with OTEL_EXPORTER_OTLP_INSECURE saying \
+                           whether it is plain text)"
+                    .to_owned(),
+            })
+        }
+    }
 }
 
 /// OTLP/HTTP appends the signal's path to a base endpoint; gRPC takes it as is.

@@ -75,6 +75,16 @@ pub(crate) fn resolved<T: Debug>(
     Ok(layered(&row.row, code, None, env)?.map_or_else(row.value, |(value, _)| value))
 }
 
+/// As [`resolved`], for `signal` where the row has one variable per signal.
+pub(crate) fn resolved_for<T: Debug>(
+    row: &Defaulted<T>,
+    code: Option<T>,
+    signal: Option<Signal>,
+    env: Env<'_>,
+) -> Result<T, SettingError> {
+    Ok(layered(&row.row, code, signal, env)?.map_or_else(row.value, |(value, _)| value))
+}
+
 /// The first of `vars` that is set, read with `read`; an error names the variable and
 /// its text.
 pub(crate) fn first_var<T>(

@@ -17,6 +17,7 @@ mod row;
 mod sampling;
 mod scope;
 pub(crate) mod table;
+pub(crate) mod tls;
 pub(crate) mod torch;
 pub(crate) mod vars;
 
@@ -68,6 +69,10 @@ pub struct CodeSettings {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) compression: Option<Compression>,
+    pub(crate) certificate: Option<PathBuf>,
+    pub(crate) client_certificate: Option<PathBuf>,
+    pub(crate) client_key: Option<PathBuf>,
+    pub(crate) insecure: Option<bool>,
     pub(crate) traces_exporter: Option<Exporter>,
     pub(crate) metrics_exporter: Option<Exporter>,
     pub(crate) metric_interval: Option<Duration>,

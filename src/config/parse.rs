@@ -184,17 +184,32 @@ pub(crate) fn text(text: &str) -> Result<String, InvalidValue> {
     Ok(text.to_owned())
 }
 
+/// `host:port` with a numeric port and nothing else.
+fn host_port(text: &str) -> bool {
+    match text.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty()
+                && !host.contains(['/', ' '])
+                && !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
 /// A file or directory path, as given.
 pub(crate) fn path(text: &str) -> Result<PathBuf, InvalidValue> {
     Ok(PathBuf::from(text))
 }
 
-/// An `http://` or `https://` URL with a host.
+/// An `http://` or `https://` URL with a host, or a `host:port` (a gRPC endpoint without a
+/// scheme, whose TLS `OTEL_EXPORTER_OTLP_INSECURE` decides).
 pub(crate) fn url(text: &str) -> Result<String, InvalidValue> {
     let trimmed = text.trim();
     let rest = trimmed
         .strip_prefix("http://")
-        .or_else(|| trimmed.strip_prefix("https://"));
+        .or_else(|| trimmed.strip_prefix("https://"))
+        .or_else(|| host_port(trimmed).then_some(trimmed));
     match rest {
         Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(trimmed.to_owned()),
         _ => Err(InvalidValue::new(text, URL)),

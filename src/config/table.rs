@@ -36,6 +36,10 @@ pub(crate) const ROWS: &[Setting] = &[
     HEADERS.setting,
     TIMEOUT.row.setting,
     COMPRESSION.row.setting,
+    CERTIFICATE.setting,
+    CLIENT_CERTIFICATE.setting,
+    CLIENT_KEY.setting,
+    INSECURE.row.setting,
     TRACES_EXPORTER.setting,
     METRICS_EXPORTER.setting,
     METRIC_EXPORT_INTERVAL.row.setting,
@@ -226,6 +230,55 @@ pub(crate) const COMPRESSION: Defaulted<Compression> = Row::new(
 )
 .doc("How OTLP requests are compressed.")
 .defaults_to(|| Compression::None);
+pub(crate) const CERTIFICATE: Row<PathBuf> = Row::new(
+    "certificate",
+    Vars::PerSignal {
+        traces: OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE,
+        metrics: OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE,
+        every: OTEL_EXPORTER_OTLP_CERTIFICATE,
+    },
+    "the PEM file of the CA that signed the endpoint's certificate",
+    "the system's roots, else the bundled web roots",
+    path,
+)
+.doc("The CA an https:// endpoint's certificate is checked against, instead of the system's roots.");
+pub(crate) const CLIENT_CERTIFICATE: Row<PathBuf> = Row::new(
+    "client_certificate",
+    Vars::PerSignal {
+        traces: OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE,
+        metrics: OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE,
+        every: OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE,
+    },
+    "the PEM file of this client's certificate (mutual TLS, with client_key)",
+    "none",
+    path,
+)
+.doc("This client's certificate, for an endpoint that asks for one (mutual TLS).");
+pub(crate) const CLIENT_KEY: Row<PathBuf> = Row::new(
+    "client_key",
+    Vars::PerSignal {
+        traces: OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY,
+        metrics: OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY,
+        every: OTEL_EXPORTER_OTLP_CLIENT_KEY,
+    },
+    "the PEM file of this client's private key (mutual TLS, with client_certificate)",
+    "none",
+    path,
+)
+.doc("This client's private key, with its certificate (mutual TLS).");
+pub(crate) const INSECURE: Defaulted<bool> = Row::new(
+    "insecure",
+    Vars::PerSignal {
+        traces: OTEL_EXPORTER_OTLP_TRACES_INSECURE,
+        metrics: OTEL_EXPORTER_OTLP_METRICS_INSECURE,
+        every: OTEL_EXPORTER_OTLP_INSECURE,
+    },
+    BOOLEAN,
+    "false",
+    boolean,
+)
+.doc("Plain text to a gRPC endpoint given as host:port, without a scheme.")
+.defaults_to(|| false);
 pub(crate) const TRACES_EXPORTER: Row<Exporter> = Row::new(
     "traces_exporter",
     one(&[OTEL_TRACES_EXPORTER]),

@@ -58,19 +58,20 @@ impl Pipes<'_> {
         let name = describe(destination, self.run_dir);
         let (lines, name) = match destination {
             Destination::None => {
-                let health = self.health(name, "span");
+                let health = self.health(name, "span", None);
                 return queue.start(Transport::Local(NullSpanExporter), health);
             }
             Destination::Otlp(target) => {
                 let handle = self.runtime()?;
-                let exporter = otlp::span_exporter(target, &handle)?;
-                let health = self.health(name, "span");
+                let note = otlp::TransportNote::new(target);
+                let exporter = otlp::span_exporter(target, &handle, &note)?;
+                let health = self.health(name, "span", Some(note));
                 return queue.start(Transport::Remote(Arc::new(exporter), handle), health);
             }
             Destination::Console => (Lines::stdout(), name),
             Destination::RunDir => self.run_dir_file(runlog::TRACES_FILE)?,
         };
-        let health = self.health(name, "span");
+        let health = self.health(name, "span", None);
         let exporter = JsonlSpanExporter::new(lines, queue.resource);
         queue.start(Transport::Local(exporter), health)
     }
@@ -88,7 +89,8 @@ impl Pipes<'_> {
             Destination::None => return Ok(builder),
             Destination::Otlp(target) => {
                 let handle = self.runtime()?;
-                let health = self.health(name, "metric point");
+                let note = otlp::TransportNote::new(target);
+                let health = self.health(name, "metric point", Some(note));
                 let stopping = self.stopping.clone();
                 let exporter = otlp::metric_exporter(target, &handle, health, interval, stopping)?;
                 return Ok(pipes::periodic(builder, exporter, interval));
@@ -96,7 +98,7 @@ impl Pipes<'_> {
             Destination::Console => (Lines::stdout(), name),
             Destination::RunDir => self.run_dir_file(runlog::METRICS_FILE)?,
         };
-        let health = self.health(name, "metric point");
+        let health = self.health(name, "metric point", None);
         let exporter = CountingMetricExporter::new(
             JsonlMetricExporter::new(lines),
             None,

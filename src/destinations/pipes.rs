@@ -20,6 +20,7 @@ use crate::export::otlp;
 use crate::export::queue::{QueueConfig, Transport};
 use crate::export::spans::QueueProcessor;
 use crate::export::tap::SpanTap;
+use crate::export::transport_note::TransportNote;
 
 /// Builds the export pipelines of both signals, and keeps what shutdown needs: the runtime
 /// (made on first use) and each signal's accounting.
@@ -86,8 +87,17 @@ impl Pipes<'_> {
     }
 
     /// The accounting of one signal towards `destination`, kept for shutdown's report.
-    pub(crate) fn health(&mut self, destination: String, item: &'static str) -> Arc<ExportHealth> {
-        let health = Arc::new(ExportHealth::new(destination, item));
+    pub(crate) fn health(
+        &mut self,
+        destination: String,
+        item: &'static str,
+        note: Option<Arc<TransportNote>>,
+    ) -> Arc<ExportHealth> {
+        let health = ExportHealth::new(destination, item);
+        let health = Arc::new(match note {
+            Some(note) => health.with_note(note),
+            None => health,
+        });
         self.health.push(Arc::clone(&health));
         health
     }

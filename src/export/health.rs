@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::transport_note::TransportNote;
+
 /// Counts of one signal's exporter.
 #[derive(Debug)]
 pub struct ExportHealth {
@@ -22,6 +24,8 @@ pub struct ExportHealth {
     warned: AtomicBool,
     /// The last attempt failed and none has succeeded since.
     failing: AtomicBool,
+    /// How an OTLP endpoint's failures are told in full (a TLS failure named as one).
+    note: Option<Arc<TransportNote>>,
 }
 
 /// What [`ExportTally::spans`] counts.
@@ -108,7 +112,23 @@ impl ExportHealth {
             last_error: Mutex::new(None),
             warned: AtomicBool::new(false),
             failing: AtomicBool::new(false),
+            note: None,
         }
+    }
+
+    /// As [`new`](Self::new), for an OTLP endpoint whose failures `note` tells in full.
+    pub(crate) fn with_note(mut self, note: Arc<TransportNote>) -> Self {
+        self.note = Some(note);
+        self
+    }
+
+    /// How this endpoint's failures are told, where it is OTLP.
+    #[cfg_attr(
+        not(any(feature = "otlp-grpc", feature = "otlp-http")),
+        allow(dead_code)
+    )]
+    pub(crate) fn note(&self) -> Option<&Arc<TransportNote>> {
+        self.note.as_ref()
     }
 
     pub(crate) fn produced(&self, count: u64) {
@@ -165,6 +185,8 @@ impl ExportHealth {
     }
 
     fn remember(&self, reason: &str) {
+        let explained = self.note.as_ref().and_then(|note| note.explain(reason));
+        let reason = explained.as_deref().unwrap_or(reason);
         if let Ok(mut last) = self.last_error.lock() {
             // The same reason again (every span of an overflow) allocates nothing.
             if last.as_deref() != Some(reason) {

@@ -16,6 +16,7 @@ pub(crate) mod spans;
 pub(crate) mod tap;
 #[cfg(test)]
 pub(crate) mod testing;
+pub(crate) mod transport_note;
 
 use std::future::Future;
 

@@ -204,6 +204,7 @@ mod tests {
             headers: Vec::new(),
             timeout,
             compression: crate::config::Compression::None,
+            tls: Default::default(),
         })
     }
 

@@ -152,6 +152,36 @@ impl Builder {
         self
     }
 
+    /// The PEM file of the CA that signed the OTLP endpoint's certificate, trusted instead
+    /// of the system's roots (else `OTEL_EXPORTER_OTLP_CERTIFICATE`, else the system's roots
+    /// and the bundled web roots). Read and checked by `install`.
+    pub fn certificate(mut self, path: impl Into<PathBuf>) -> Self {
+        self.code.certificate = Some(path.into());
+        self
+    }
+
+    /// The PEM file of this client's certificate, for an endpoint that asks for mutual
+    /// TLS (else `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`); set with [`client_key`](Self::client_key).
+    pub fn client_certificate(mut self, path: impl Into<PathBuf>) -> Self {
+        self.code.client_certificate = Some(path.into());
+        self
+    }
+
+    /// The PEM file of this client's private key (else `OTEL_EXPORTER_OTLP_CLIENT_KEY`);
+    /// set with [`client_certificate`](Self::client_certificate).
+    pub fn client_key(mut self, path: impl Into<PathBuf>) -> Self {
+        self.code.client_key = Some(path.into());
+        self
+    }
+
+    /// Plain text to a gRPC endpoint given as `host:port`, without a scheme (else
+    /// `OTEL_EXPORTER_OTLP_INSECURE`, else `false`: TLS). An `http://` or `https://`
+    /// endpoint says it by itself.
+    pub fn insecure(mut self, insecure: bool) -> Self {
+        self.code.insecure = Some(insecure);
+        self
+    }
+
     /// How many completed spans may wait while the destination is unreachable (else
     /// `GPUSPAN_EXPORT_QUEUE`, else 65,536). An outage shorter than that loses nothing;
     /// past it the oldest spans are given up and counted.

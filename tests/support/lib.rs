@@ -26,6 +26,7 @@ pub mod servers;
 pub mod setup;
 pub mod signalled;
 pub mod terminal;
+pub mod tls;
 pub mod traces;
 
 /// The repository root, where the test data and scripts are.

@@ -65,6 +65,8 @@ pub enum Signal {
 pub struct Receiver {
     protocol: Protocol,
     addr: SocketAddr,
+    /// Served over TLS: `https://` URLs.
+    tls: bool,
     shared: Arc<Shared>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -87,6 +89,17 @@ impl Receiver {
     /// right away: connections wait in the listen backlog until the server
     /// thread accepts them.
     pub fn start(protocol: Protocol) -> Receiver {
+        Receiver::start_with(protocol, None)
+    }
+
+    /// Starts a receiver speaking `protocol` over TLS (see [`crate::tls`]); its URLs are
+    /// `https://127.0.0.1:PORT`.
+    pub fn start_tls(protocol: Protocol, tls: crate::tls::ServerTls) -> Receiver {
+        Receiver::start_with(protocol, Some(tls))
+    }
+
+    fn start_with(protocol: Protocol, tls: Option<crate::tls::ServerTls>) -> Receiver {
+        let https = tls.is_some();
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the OTLP test receiver");
         listener
             .set_nonblocking(true)
@@ -107,7 +120,7 @@ impl Receiver {
                     let listener = tokio::net::TcpListener::from_std(listener)
                         .expect("register the receiver's listener with tokio");
                     tokio::select! {
-                        () = serve(protocol, listener, server_shared) => {}
+                        () = serve(protocol, listener, server_shared, tls) => {}
                         _ = stop_rx => {}
                     }
                 });
@@ -118,6 +131,7 @@ impl Receiver {
         Receiver {
             protocol,
             addr,
+            tls: https,
             shared,
             stop: Some(stop_tx),
             thread: Some(thread),
@@ -140,7 +154,8 @@ impl Receiver {
     /// HTTP exporter builder or in a per-signal variable is used as is, so use
     /// [`Receiver::traces_url`] / [`Receiver::metrics_url`] there.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// `http://127.0.0.1:PORT/v1/traces`.
@@ -672,17 +687,38 @@ impl Shared {
 
 // ===== servers ===============================================================
 
-async fn serve(protocol: Protocol, listener: tokio::net::TcpListener, shared: Arc<Shared>) {
+async fn serve(
+    protocol: Protocol,
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    tls: Option<crate::tls::ServerTls>,
+) {
     match protocol {
-        Protocol::Grpc => serve_grpc(listener, shared).await,
-        Protocol::Http => serve_http(listener, shared).await,
+        Protocol::Grpc => serve_grpc(listener, shared, tls).await,
+        Protocol::Http => serve_http(listener, shared, tls).await,
     }
 }
 
-async fn serve_grpc(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
+async fn serve_grpc(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    tls: Option<crate::tls::ServerTls>,
+) {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
     let service = GrpcService { shared };
     let gzip = tonic::codec::CompressionEncoding::Gzip;
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        let mut config =
+            ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem));
+        if let Some(ca) = &tls.client_ca_pem {
+            config = config.client_ca_root(Certificate::from_pem(ca));
+        }
+        server = server
+            .tls_config(config)
+            .expect("the receiver's TLS settings");
+    }
+    server
         .layer(tower::util::MapRequestLayer::new(expose_reserved_headers))
         .add_service(TraceServiceServer::new(service.clone()).accept_compressed(gzip))
         .add_service(MetricsServiceServer::new(service).accept_compressed(gzip))
@@ -744,15 +780,49 @@ fn grpc_headers<T>(signal: Signal, request: &tonic::Request<T>) -> RequestHeader
     RequestHeaders::from_http(signal, &request.metadata().clone().into_headers())
 }
 
-async fn serve_http(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    tls: Option<crate::tls::ServerTls>,
+) {
     let app = axum::Router::new()
         .route("/v1/traces", post(http_traces))
         .route("/v1/metrics", post(http_metrics))
         .layer(DefaultBodyLimit::disable())
         .with_state(shared);
-    axum::serve(listener, app)
-        .await
-        .expect("OTLP/HTTP test receiver failed");
+    match tls {
+        None => axum::serve(listener, app)
+            .await
+            .expect("OTLP/HTTP test receiver failed"),
+        Some(tls) => serve_https(listener, app, tls).await,
+    }
+}
+
+/// OTLP/HTTP over TLS: each connection's handshake, then hyper serving `app` on it. A
+/// refused handshake ends that connection only.
+async fn serve_https(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    tls: crate::tls::ServerTls,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.rustls());
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 /// Why an OTLP/HTTP request was refused, sent back as a plain-text body.

@@ -17,6 +17,7 @@ fn says_its_default<T: PartialEq + std::fmt::Debug>(row: &Defaulted<T>) {
 #[test]
 fn every_default_text_reads_as_the_default_value() {
     says_its_default(&DISABLED);
+    says_its_default(&INSECURE);
     says_its_default(&SAMPLE_INTERVAL);
     says_its_default(&PROTOCOL);
     says_its_default(&TIMEOUT);

@@ -187,7 +187,7 @@ fn invalid_values_name_the_variable_and_the_value() {
         ("OTEL_RESOURCE_ATTRIBUTES", "team", "key=value"),
         (
             "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "collector:4317",
+            "collector",
             "http://localhost:4317",
         ),
         ("GPUSPAN_DEVICES", "cuda:0", "'cuda:0'"),
@@ -215,6 +215,29 @@ fn an_overflowing_interval_names_the_variable() {
     let text = error_text(&[("GPUSPAN_SAMPLE_INTERVAL", "99999999999999999999s")]);
     assert!(text.contains("GPUSPAN_SAMPLE_INTERVAL"), "{text}");
     assert!(text.contains("99999999999999999999s"), "{text}");
+}
+
+#[test]
+fn a_grpc_endpoint_without_a_scheme_is_tls_unless_insecure() {
+    let grpc = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+    ];
+    let settings = with_env(&grpc, || resolve(&CodeSettings::default())).unwrap();
+    assert_eq!(otlp(&settings.traces).endpoint, "https://collector:4317");
+    let insecure = [
+        grpc[0],
+        grpc[1],
+        ("OTEL_EXPORTER_OTLP_METRICS_INSECURE", "true"),
+    ];
+    let settings = with_env(&insecure, || resolve(&CodeSettings::default())).unwrap();
+    assert_eq!(otlp(&settings.traces).endpoint, "https://collector:4317");
+    assert_eq!(otlp(&settings.metrics).endpoint, "http://collector:4317");
+    let text = error_text(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]);
+    assert!(
+        text.contains("OTEL_EXPORTER_OTLP_ENDPOINT") && text.contains("https://"),
+        "{text}"
+    );
 }
 
 #[test]

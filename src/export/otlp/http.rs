@@ -3,6 +3,7 @@
 //! read from the environment can override what was resolved.
 
 use std::io::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,8 +11,10 @@ use http::header::{HeaderName, HeaderValue, CONTENT_ENCODING};
 use http::{Request, Response};
 use opentelemetry_http::{HttpClient, HttpError};
 
+use super::tls::{rustls_client, TlsSetupError};
 use super::HeaderError;
 use crate::config::{Compression, OtlpTarget};
+use crate::export::transport_note::{error_chain, TransportNote};
 
 /// See the module docs.
 #[derive(Debug)]
@@ -19,11 +22,17 @@ pub(super) struct WireClient {
     client: reqwest::Client,
     headers: Vec<(HeaderName, HeaderValue)>,
     gzip: bool,
+    /// Where a failed request's transport error is kept (opentelemetry-otlp drops it).
+    note: Option<Arc<TransportNote>>,
 }
 
 impl WireClient {
-    pub(super) fn new(target: &OtlpTarget) -> Result<Self, ClientError> {
+    pub(super) fn new(
+        target: &OtlpTarget,
+        note: Option<Arc<TransportNote>>,
+    ) -> Result<Self, ClientError> {
         let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(rustls_client(target)?)
             .timeout(target.timeout)
             .connect_timeout(target.timeout.min(Duration::from_secs(10)))
             .build()?;
@@ -42,6 +51,7 @@ impl WireClient {
             client,
             headers,
             gzip: target.compression == Compression::Gzip,
+            note,
         })
     }
 }
@@ -55,6 +65,9 @@ pub enum ClientError {
     /// The HTTP client cannot be built.
     #[error("cannot build the HTTP client: {0}")]
     Build(#[from] reqwest::Error),
+    /// Its TLS cannot be set up.
+    #[error(transparent)]
+    Tls(#[from] TlsSetupError),
 }
 
 #[async_trait::async_trait]
@@ -75,8 +88,13 @@ impl HttpClient for WireClient {
         } else {
             body
         };
-        self.client
+        let sent = self
+            .client
             .send_bytes(Request::from_parts(parts, body))
-            .await
+            .await;
+        if let (Err(error), Some(note)) = (&sent, &self.note) {
+            note.saw(&error_chain(error.as_ref()));
+        }
+        sent
     }
 }

@@ -18,6 +18,9 @@ mod grpc;
 pub(crate) mod http;
 #[cfg(feature = "pipeline")]
 pub(crate) mod request;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+pub(crate) mod tls;
+pub(crate) use super::transport_note::TransportNote;
 use crate::error::InitError;
 
 /// A resolved header that cannot go on the wire.
@@ -73,8 +76,10 @@ fn build_error(signal: &'static str, target: &OtlpTarget, error: impl ToString) 
 /// layers one failure became four requests, and shutdown's one last attempt four too.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 macro_rules! configure {
-    ($builder:expr, $target:expr, $signal:literal) => {{
+    ($builder:expr, $target:expr, $note:expr, $signal:literal) => {{
         let target: &OtlpTarget = $target;
+        #[cfg_attr(not(feature = "otlp-http"), allow(unused_variables))]
+        let note: &Arc<TransportNote> = $note;
         match target.protocol {
             #[cfg(feature = "otlp-grpc")]
             Protocol::Grpc => {
@@ -88,6 +93,10 @@ macro_rules! configure {
                     .with_timeout(target.timeout)
                     .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
                     .with_interceptor(grpc::OverrideHeaders(headers));
+                let builder = match tls::grpc(target) {
+                    Some(tls) => builder.with_tls_config(tls),
+                    None => builder,
+                };
                 let builder = match target.compression {
                     Compression::Gzip => {
                         builder.with_compression(opentelemetry_otlp::Compression::Gzip)
@@ -99,8 +108,8 @@ macro_rules! configure {
             #[cfg(feature = "otlp-http")]
             Protocol::HttpProtobuf => {
                 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-                let client =
-                    http::WireClient::new(target).map_err(|e| build_error($signal, target, e))?;
+                let client = http::WireClient::new(target, Some(Arc::clone(note)))
+                    .map_err(|e| build_error($signal, target, e))?;
                 $builder
                     .with_http()
                     .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
@@ -121,11 +130,13 @@ macro_rules! configure {
 pub(crate) fn span_exporter(
     target: &OtlpTarget,
     runtime: &tokio::runtime::Handle,
+    note: &Arc<TransportNote>,
 ) -> Result<opentelemetry_otlp::SpanExporter, InitError> {
     let _context = runtime.enter();
     let exporter = configure!(
         opentelemetry_otlp::SpanExporter::builder(),
         target,
+        note,
         "traces"
     );
     exporter.map_err(|e| build_error("traces", target, e))
@@ -143,7 +154,11 @@ pub(crate) fn metric_exporter(
     let _context = runtime.enter();
     let builder =
         opentelemetry_otlp::MetricExporter::builder().with_temporality(Temporality::Cumulative);
-    let exporter = configure!(builder, target, "metrics");
+    let note = health
+        .note()
+        .cloned()
+        .unwrap_or_else(|| TransportNote::new(target));
+    let exporter = configure!(builder, target, &note, "metrics");
     let exporter = exporter.map_err(|e| build_error("metrics", target, e))?;
     Ok(CountingMetricExporter::new(
         exporter,
@@ -173,6 +188,7 @@ fn not_built(protocol: Protocol) -> InitError {
 pub(crate) fn span_exporter(
     target: &OtlpTarget,
     _runtime: &tokio::runtime::Handle,
+    _note: &Arc<TransportNote>,
 ) -> Result<unbuilt::Unbuilt, InitError> {
     Err(not_built(target.protocol))
 }

@@ -23,8 +23,10 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::metadata::MetadataMap;
 
 use super::http::{ClientError, WireClient};
+use super::tls;
 use super::HeaderError;
 use crate::config::{Compression, OtlpTarget, Protocol};
+use crate::export::transport_note::{error_chain, is_tls_failure};
 
 /// An OTLP export request of one signal.
 pub trait OtlpRequest: prost::Message + Send + Sync + 'static {
@@ -72,13 +74,24 @@ pub enum RequestError {
     #[error(transparent)]
     Client(#[from] ClientError),
     /// The gRPC endpoint cannot be reached.
-    #[error("cannot reach the gRPC endpoint: {0}")]
+    #[error("cannot reach the gRPC endpoint: {}", error_chain(.0))]
     Connect(#[source] tonic::transport::Error),
+    /// The TLS handshake failed: the endpoint, what its certificate was checked against,
+    /// and the TLS error.
+    #[error("the TLS handshake with {endpoint} failed, its certificate checked against {trust}: {detail}")]
+    Tls {
+        /// The endpoint.
+        endpoint: String,
+        /// The CA given, or the system's roots.
+        trust: String,
+        /// The transport's error.
+        detail: String,
+    },
     /// The gRPC endpoint answered with an error status.
     #[error("{}: {}", .0.code(), .0.message())]
     Status(tonic::Status),
     /// The HTTP request could not be sent.
-    #[error("cannot send the request: {0}")]
+    #[error("cannot send the request: {}", error_chain(.0.as_ref()))]
     Send(#[source] opentelemetry_http::HttpError),
     /// The HTTP endpoint answered with an error status.
     #[error("{url} answered {status}")]
@@ -100,7 +113,7 @@ impl RequestError {
     pub fn retryable(&self) -> bool {
         use tonic::Code;
         match self {
-            Self::Connect(_) | Self::Send(_) => true,
+            Self::Connect(_) | Self::Send(_) | Self::Tls { .. } => true,
             Self::Answered { status, .. } => matches!(status, 429 | 502 | 503 | 504),
             Self::Status(status) => matches!(
                 status.code(),
@@ -119,7 +132,12 @@ impl RequestError {
 
 /// One OTLP target's transport, built once.
 #[derive(Debug)]
-pub struct RequestClient(Wire);
+pub struct RequestClient {
+    wire: Wire,
+    endpoint: String,
+    /// What the endpoint's certificate is checked against, for a failed handshake.
+    trust: String,
+}
 
 #[derive(Debug)]
 enum Wire {
@@ -141,15 +159,20 @@ impl RequestClient {
         runtime: &tokio::runtime::Handle,
     ) -> Result<Self, RequestError> {
         let _context = runtime.enter();
-        Ok(Self(match target.protocol {
+        let not_endpoint = |source| RequestError::Endpoint {
+            endpoint: target.endpoint.clone(),
+            source,
+        };
+        let wire = match target.protocol {
             Protocol::Grpc => {
                 let endpoint = tonic::transport::Endpoint::from_shared(target.endpoint.clone())
-                    .map_err(|source| RequestError::Endpoint {
-                        endpoint: target.endpoint.clone(),
-                        source,
-                    })?
+                    .map_err(not_endpoint)?
                     .timeout(target.timeout)
                     .connect_timeout(target.timeout);
+                let endpoint = match tls::grpc(target) {
+                    Some(tls) => endpoint.tls_config(tls).map_err(not_endpoint)?,
+                    None => endpoint,
+                };
                 Wire::Grpc {
                     channel: endpoint.connect_lazy(),
                     metadata: super::grpc::metadata(target)?,
@@ -157,15 +180,36 @@ impl RequestClient {
                 }
             }
             Protocol::HttpProtobuf => Wire::Http {
-                client: WireClient::new(target)?,
+                client: WireClient::new(target, None)?,
                 url: target.endpoint.clone(),
             },
-        }))
+        };
+        Ok(Self {
+            wire,
+            endpoint: target.endpoint.clone(),
+            trust: target.tls.trust(),
+        })
     }
 
-    /// Sends one request and waits for the destination's answer.
+    /// Sends one request and waits for the destination's answer; a failed TLS handshake
+    /// is said as one.
     pub async fn send<S: SharedRequest>(&self, shared: &Arc<S>) -> Result<(), RequestError> {
-        match &self.0 {
+        self.send_once(shared).await.map_err(|error| match error {
+            RequestError::Connect(_) | RequestError::Send(_) | RequestError::Status(_)
+                if is_tls_failure(&error.to_string()) =>
+            {
+                RequestError::Tls {
+                    endpoint: self.endpoint.clone(),
+                    trust: self.trust.clone(),
+                    detail: error.to_string(),
+                }
+            }
+            other => other,
+        })
+    }
+
+    async fn send_once<S: SharedRequest>(&self, shared: &Arc<S>) -> Result<(), RequestError> {
+        match &self.wire {
             Wire::Grpc {
                 channel,
                 metadata,
