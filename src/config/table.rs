@@ -241,7 +241,9 @@ pub(crate) const CERTIFICATE: Row<PathBuf> = Row::new(
     "the system's roots, else the bundled web roots",
     path,
 )
-.doc("The CA an https:// endpoint's certificate is checked against, instead of the system's roots.");
+.doc(
+    "The CA an https:// endpoint's certificate is checked against, instead of the system's roots.",
+);
 pub(crate) const CLIENT_CERTIFICATE: Row<PathBuf> = Row::new(
     "client_certificate",
     Vars::PerSignal {
