@@ -49,9 +49,13 @@ pub use crate::timeline::{Tick, TickObserver};
 /// `None` when neither has a device in scope: a collector then leaves the choice to
 /// [`Builder`](crate::Builder), which falls back to `nvidia-smi` or to none, with its
 /// warning.
+///
+/// # Errors
+/// [`InitError::InvalidSetting`](crate::InitError::InvalidSetting) for a UUID prefix in
+/// the device scope that starts several devices' UUIDs, naming them.
 pub fn gpu_source(
     settings: &Settings,
     processes: ProcessTable,
-) -> Option<Box<dyn crate::source::MemorySource>> {
-    crate::telemetry::gpu_source::nvml_and_kernel_files(settings, Some(processes)).ok()
+) -> Result<Option<Box<dyn crate::source::MemorySource>>, crate::InitError> {
+    Ok(crate::telemetry::gpu_source::nvml_and_kernel_files(settings, Some(processes))?.ok())
 }

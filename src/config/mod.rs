@@ -36,6 +36,7 @@ use layered::{layered, resolved, Env};
 pub use resolve::{launcher_rank, resolve};
 pub use row::{Setting, Vars};
 pub(crate) use sampling::Sampling;
+pub(crate) use scope::scope_setting;
 pub use scope::{cuda_device, devices_chosen, hip_device};
 pub(crate) use table::Signal;
 pub(crate) use table::ROWS;

@@ -151,3 +151,24 @@ fn visible_list(
         ))
     })
 }
+
+/// The setting a device-list entry came from, for an error about it: the first of the
+/// variables whose list holds it, else the code's `devices` setting.
+pub(crate) fn scope_setting(entry: &str) -> &'static str {
+    let env = Env::process();
+    let wanted = entry.to_ascii_lowercase();
+    [
+        vars::GPUSPAN_DEVICES,
+        vars::CUDA_VISIBLE_DEVICES,
+        vars::ROCR_VISIBLE_DEVICES,
+        vars::HIP_VISIBLE_DEVICES,
+    ]
+    .into_iter()
+    .find(|var| {
+        env.raw(var).is_some_and(|list| {
+            list.split(',')
+                .any(|e| e.trim().to_ascii_lowercase() == wanted)
+        })
+    })
+    .unwrap_or("devices")
+}

@@ -11,6 +11,7 @@ use nvml_wrapper::{Device as NvmlDevice, Nvml};
 use nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE;
 
 use super::processes::{ProcessList, ProcessTable};
+use super::scope::AmbiguousDevice;
 use super::{
     Device, DeviceReading, DeviceScope, DriverPeak, MemorySource, PowerReading, ProcessLister,
 };
@@ -57,7 +58,12 @@ impl std::fmt::Debug for NvmlSource {
 
 /// Why NVML is not used.
 #[derive(Debug)]
-pub(crate) struct NvmlUnavailable(pub(crate) String);
+pub(crate) enum NvmlUnavailable {
+    /// NVML cannot be loaded or asked, in words.
+    Unavailable(String),
+    /// A UUID prefix in scope starts several devices' UUIDs.
+    Ambiguous(AmbiguousDevice),
+}
 
 impl NvmlSource {
     /// Loads NVML from `lib` (else the system's `libnvidia-ml.so.1`) and opens the devices
@@ -66,16 +72,20 @@ impl NvmlSource {
         let default = OsStr::new("libnvidia-ml.so.1");
         let path = lib.map_or(default, Path::as_os_str);
         let nvml = Nvml::builder().lib_path(path).init().map_err(|e| {
-            NvmlUnavailable(format!(
+            NvmlUnavailable::Unavailable(format!(
                 "NVML could not be loaded from {} ({})",
                 path.to_string_lossy(),
                 describe(&e)
             ))
         })?;
         let count = nvml.device_count().map_err(|e| {
-            NvmlUnavailable(format!("NVML could not count devices ({})", describe(&e)))
+            NvmlUnavailable::Unavailable(format!("NVML could not count devices ({})", describe(&e)))
         })?;
-        let picked = scope.pick(devices_in_scope(&nvml, count, scope));
+        let (in_scope, every) = devices_in_scope(&nvml, count, scope);
+        if let Some(ambiguous) = scope.ambiguity(&every) {
+            return Err(NvmlUnavailable::Ambiguous(ambiguous));
+        }
+        let picked = scope.pick(in_scope);
         let (handles, devices): (Vec<_>, Vec<_>) = picked.into_iter().unzip();
         let boards = boards(&nvml, &handles, &devices);
         let n = devices.len();
@@ -338,13 +348,17 @@ impl ProcessLister for NvmlProcesses {
 }
 
 /// The devices in scope with their handles, in NVML's order: each GPU, or for a GPU in MIG
-/// mode each of its instances.
+/// mode each of its instances; then every GPU and instance, in scope or not.
 fn devices_in_scope(
     nvml: &Nvml,
     count: u32,
     scope: &DeviceScope,
-) -> Vec<(nvml_wrapper_sys::bindings::nvmlDevice_t, Device)> {
+) -> (
+    Vec<(nvml_wrapper_sys::bindings::nvmlDevice_t, Device)>,
+    Vec<Device>,
+) {
     let mut found = Vec::new();
+    let mut every = Vec::new();
     for index in 0..count {
         let device = match nvml.device_by_index(index) {
             Ok(device) => device,
@@ -365,6 +379,7 @@ fn devices_in_scope(
             name: device.name().unwrap_or_else(|_| "NVIDIA GPU".to_owned()),
             vendor: "NVIDIA".to_owned(),
         };
+        every.push(gpu.clone());
         let Some(instances) = mig_instances(index, &device) else {
             if scope.includes(&gpu) {
                 // SAFETY: the handle stays valid while `nvml` is alive, and the source keeps it.
@@ -393,13 +408,14 @@ fn devices_in_scope(
                     .unwrap_or_else(|_| format!("{} MIG", gpu.name)),
                 vendor: gpu.vendor.clone(),
             };
+            every.push(info.clone());
             if scope.includes(&gpu) || scope.includes(&info) {
                 // SAFETY: as above; MIG handles live as long as `nvml` too.
                 found.push((unsafe { instance.handle() }, info));
             }
         }
     }
-    found
+    (found, every)
 }
 
 /// The MIG instances of a GPU in MIG mode, by their index on it; `None` when the GPU is not

@@ -11,6 +11,54 @@ pub struct DeviceScopeError {
     pub entry: String,
 }
 
+/// A UUID prefix in a device list that starts more than one device's UUID: which device
+/// it means cannot be told, so no device is taken for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AmbiguousDevice {
+    /// The entry, with its `GPU-`/`MIG-` in upper case.
+    pub(crate) entry: String,
+    /// The UUIDs it starts, in the devices' order.
+    pub(crate) candidates: Vec<String>,
+}
+
+impl std::fmt::Display for AmbiguousDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a UUID prefix that names one device; '{}' starts {} devices' UUIDs ({}): give \
+             enough of the UUID to name one",
+            self.entry,
+            self.candidates.len(),
+            self.candidates.join(", ")
+        )
+    }
+}
+
+/// `prefix` (in lower case), when it starts the UUIDs of more than one of `uuids`.
+pub(crate) fn ambiguous<'a>(
+    prefix: &str,
+    uuids: impl IntoIterator<Item = &'a str>,
+) -> Option<AmbiguousDevice> {
+    let mut candidates: Vec<String> = Vec::new();
+    for uuid in uuids {
+        if uuid.to_ascii_lowercase().starts_with(prefix) && !candidates.iter().any(|c| c == uuid) {
+            candidates.push(uuid.to_owned());
+        }
+    }
+    (candidates.len() > 1).then(|| AmbiguousDevice {
+        entry: upper_prefix(prefix),
+        candidates,
+    })
+}
+
+/// A UUID kept in lower case, with its `GPU-`/`MIG-` as written.
+fn upper_prefix(uuid: &str) -> String {
+    match uuid.get(..4) {
+        Some(head) => format!("{}{}", head.to_ascii_uppercase(), &uuid[4..]),
+        None => uuid.to_owned(),
+    }
+}
+
 /// The devices a run measures, by NVML index or by UUID.
 ///
 /// NVML ignores `CUDA_VISIBLE_DEVICES`, so gpuspan applies it itself: `GPU-...` entries match
@@ -104,10 +152,16 @@ impl DeviceScope {
         match self.entries.as_ref()?.get(position)? {
             DeviceId::Index(index) => Some(index.to_string()),
             // Kept in lower case; the prefix is read in upper case.
-            DeviceId::Uuid(uuid) => {
-                Some(format!("{}{}", uuid[..4].to_ascii_uppercase(), &uuid[4..]))
-            }
+            DeviceId::Uuid(uuid) => Some(upper_prefix(uuid)),
         }
+    }
+
+    /// The first UUID prefix of the list that starts more than one of `devices`' UUIDs.
+    pub(crate) fn ambiguity(&self, devices: &[Device]) -> Option<AmbiguousDevice> {
+        self.entries.as_ref()?.iter().find_map(|entry| match entry {
+            DeviceId::Uuid(prefix) => ambiguous(prefix, devices.iter().map(|d| d.uuid.as_str())),
+            DeviceId::Index(_) => None,
+        })
     }
 
     /// Whether `device` is in scope.
@@ -177,6 +231,30 @@ mod tests {
         assert_eq!(kept(&visible.clone().at_position(3)), vec![1, 2, 3]);
         assert_eq!(kept(&DeviceScope::all().at_position(2)), vec![2]);
         assert_eq!(kept(&DeviceScope::all().at_position(9)), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_prefix_of_several_uuids_is_ambiguous_and_a_full_one_is_not() {
+        let devices = [
+            device(0, "GPU-ab12"),
+            device(1, "GPU-AB34"),
+            device(2, "GPU-cd"),
+        ];
+        let ambiguous = DeviceScope::parse("GPU-AB").unwrap().ambiguity(&devices);
+        assert_eq!(
+            ambiguous,
+            Some(AmbiguousDevice {
+                entry: "GPU-ab".into(),
+                candidates: vec!["GPU-ab12".into(), "GPU-AB34".into()],
+            })
+        );
+        assert_eq!(
+            DeviceScope::parse("GPU-ab1, 1")
+                .unwrap()
+                .ambiguity(&devices),
+            None
+        );
+        assert_eq!(DeviceScope::all().ambiguity(&devices), None);
     }
 
     #[test]

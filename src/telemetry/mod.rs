@@ -328,7 +328,10 @@ impl Inner {
         diagnose: crate::diagnose::settings::DiagnoseSettings,
         pictures: crate::runlog::setup::Pictures,
     ) -> Result<Self, InitError> {
-        let source = custom_source.or_else(|| gpu_source::open_gpu_source(&settings));
+        let source = match custom_source {
+            Some(source) => Some(source),
+            None => gpu_source::open_gpu_source(&settings)?,
+        };
         observers.extend(crate::runlog::setup::observers(
             pictures,
             &settings,

@@ -99,3 +99,29 @@ fn one_device_in_scope_has_no_per_device_attributes() {
     let (step, ids) = run_with_scope(3, &uuid_of(1), 1);
     assert_covers(&step, &ids, &[1]);
 }
+
+#[test]
+fn a_uuid_prefix_that_starts_several_devices_is_an_error_naming_each() {
+    let fake = FakeNvml::build();
+    fake.set_device_count(3);
+    let receiver = Receiver::start_grpc();
+    let built = setup::to_receiver(&receiver)
+        .nvml_lib(fake.path())
+        .devices("2, GPU-00000000-0000")
+        .build();
+    let error = built
+        .err()
+        .expect("a prefix of three devices is refused")
+        .to_string();
+    assert!(
+        error.contains("devices") && error.contains("GPU-00000000-0000"),
+        "names the setting and the entry: {error}"
+    );
+    for dev in 0..3 {
+        assert!(
+            error.contains(&uuid_of(dev)),
+            "names {}: {error}",
+            uuid_of(dev)
+        );
+    }
+}

@@ -85,7 +85,7 @@ impl Collector {
         let table = ProcessTable::default();
         // NVIDIA's GPUs through NVML and AMD's and Intel's from the kernel's files, each
         // device once, with every process's memory NVML lists.
-        if let Some(source) = config::gpu_source(&settings, Arc::clone(&table)) {
+        if let Some(source) = config::gpu_source(&settings, Arc::clone(&table))? {
             processes = Some(table);
             builder = builder.memory_source(source);
         }

@@ -23,6 +23,7 @@ pub(crate) mod scope;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::scope::AmbiguousDevice;
 use super::{Device, DeviceReading, MemorySource};
 use cards::{Card, Driver};
 use clients::{Clients, Notice, Whose};
@@ -56,9 +57,23 @@ pub(crate) struct DrmSource {
     told_kfd_denied: bool,
 }
 
-/// Why no AMD or Intel device is read, in words.
+/// Why no AMD or Intel device is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct NoDrmDevice(pub(crate) String);
+pub(crate) enum NoDrmDevice {
+    /// None is there or in scope, in words.
+    Absent(String),
+    /// A UUID prefix in scope starts several devices' UUIDs.
+    Ambiguous(AmbiguousDevice),
+}
+
+impl std::fmt::Display for NoDrmDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Absent(why) => f.write_str(why),
+            Self::Ambiguous(ambiguous) => write!(f, "expected {ambiguous}"),
+        }
+    }
+}
 
 impl DrmSource {
     /// Opens the AMD and Intel GPUs in `scope` under `roots`, numbering them from
@@ -72,7 +87,7 @@ impl DrmSource {
         let nodes = kfd::nodes(&roots.sysfs);
         let found = cards::discover(&roots.sysfs, &nodes);
         if found.is_empty() {
-            return Err(NoDrmDevice(format!(
+            return Err(NoDrmDevice::Absent(format!(
                 "no AMD or Intel GPU under {} (no amdgpu, xe or i915 card)",
                 class.display()
             )));
@@ -80,9 +95,12 @@ impl DrmSource {
         let (amd, intel): (Vec<Card>, Vec<Card>) = found
             .into_iter()
             .partition(|card| card.driver == Driver::Amdgpu);
+        if let Some(ambiguous) = scope.ambiguity(&amd, &intel, first_index, describe) {
+            return Err(NoDrmDevice::Ambiguous(ambiguous));
+        }
         let picked = scope.select(amd, intel, first_index, describe);
         if picked.is_empty() {
-            return Err(NoDrmDevice(format!(
+            return Err(NoDrmDevice::Absent(format!(
                 "no AMD or Intel GPU under {} is in scope (ROCR_VISIBLE_DEVICES, \
                  HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, ZE_AFFINITY_MASK or \
                  GPUSPAN_DEVICES leave none)",

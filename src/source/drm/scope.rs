@@ -3,6 +3,7 @@
 //! what ROCr left; `ZE_AFFINITY_MASK`), or `GPUSPAN_DEVICES` over gpuspan's own numbering,
 //! then a rank's own device (`LOCAL_RANK`) of those.
 
+use crate::source::scope::{ambiguous, AmbiguousDevice};
 use crate::source::{Device, DeviceScope, DeviceScopeError};
 
 /// The AMD and Intel devices a run measures.
@@ -83,6 +84,14 @@ impl Visible {
         Ok(Self(entries))
     }
 
+    /// The first UUID prefix of the list that starts more than one of `uuids`.
+    fn ambiguity(&self, uuids: &[String]) -> Option<AmbiguousDevice> {
+        self.0.iter().find_map(|entry| match entry {
+            Entry::Uuid(prefix) => ambiguous(prefix, uuids.iter().map(String::as_str)),
+            Entry::Position(_) => None,
+        })
+    }
+
     /// The entry that `lists` (each narrowing what the one before left) give the device
     /// at `position` of the last: a `GPU-...` UUID as written, else its position in the
     /// first list's numbering (every device's); `None` past the end of a list.
@@ -123,6 +132,39 @@ impl Visible {
 }
 
 impl DrmScope {
+    /// The first UUID prefix of the lists in force that starts more than one UUID of the
+    /// devices it narrows (each list's, what the one before left).
+    pub(crate) fn ambiguity<T: Clone>(
+        &self,
+        amd: &[T],
+        intel: &[T],
+        first_index: u32,
+        describe: impl Fn(&T, u32) -> Device,
+    ) -> Option<AmbiguousDevice> {
+        if let Some(chosen) = &self.chosen {
+            let every: Vec<Device> = amd
+                .iter()
+                .chain(intel)
+                .zip(first_index..)
+                .map(|(t, index)| describe(t, index))
+                .collect();
+            return chosen.ambiguity(&every);
+        }
+        let mut left: Vec<(T, String)> = amd
+            .iter()
+            .map(|t| (t.clone(), describe(t, 0).uuid))
+            .collect();
+        for list in &self.amd {
+            let uuids: Vec<String> = left.iter().map(|(_, u)| u.clone()).collect();
+            if let Some(ambiguous) = list.ambiguity(&uuids) {
+                return Some(ambiguous);
+            }
+            left = list.narrow(&left, |(_, u)| u.as_str());
+        }
+        let intel: Vec<String> = intel.iter().map(|t| describe(t, 0).uuid).collect();
+        self.intel.as_ref().and_then(|list| list.ambiguity(&intel))
+    }
+
     /// Narrows the AMD devices and the Intel devices (each in its runtime's order) to
     /// those in scope, numbering them from `first_index` in that order, AMD's first.
     pub(crate) fn select<T: Clone>(

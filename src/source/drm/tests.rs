@@ -237,7 +237,7 @@ fn no_drm_device_is_an_error_that_names_the_directory() {
     };
     let why = DrmSource::open(&roots, &DrmScope::default(), 0)
         .unwrap_err()
-        .0;
+        .to_string();
     assert!(why.contains("class/drm"), "{why}");
 }
 
@@ -367,4 +367,28 @@ fn an_unreadable_fdinfo_is_named_once_with_the_file() {
 #[test]
 fn clean_clients_say_nothing() {
     assert_eq!(notices(&Tree::of("two-clients-one-process")), []);
+}
+
+#[test]
+fn a_uuid_prefix_that_starts_two_amd_gpus_is_an_error_naming_both() {
+    let tree = Tree::of("two-amd-gpus-with-kfd");
+    for scope in [
+        DrmScope {
+            amd: vec![scope::Visible::parse("GPU-").unwrap()],
+            ..DrmScope::default()
+        },
+        DrmScope {
+            chosen: Some(crate::source::DeviceScope::parse("GPU-").unwrap()),
+            ..DrmScope::default()
+        },
+    ] {
+        let why = DrmSource::open(&tree.roots(), &scope, 0).unwrap_err();
+        let NoDrmDevice::Ambiguous(ambiguous) = why else {
+            panic!("{why:?}")
+        };
+        let text = ambiguous.to_string();
+        assert!(text.contains("'GPU-'"), "{text}");
+        assert!(text.contains("GPU-7b1d0e6f5a4c3b21"), "{text}");
+        assert!(text.contains("GPU-2a8c4c9f3b6e1d52"), "{text}");
+    }
 }
