@@ -153,6 +153,10 @@ impl Clients {
                         if pid == self.pid {
                             usage.own_complete = false;
                             self.notice(Notice::Unreadable(why.describe(&path)));
+                        } else if why == Missing::Denied {
+                            // Another user's client: the device's sum leaves it out, and
+                            // says so.
+                            self.notice(Notice::Denied(path));
                         }
                         continue;
                     }

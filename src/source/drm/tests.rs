@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 
+mod denied;
+
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
