@@ -109,10 +109,10 @@ fn a_uuid_prefix_that_starts_several_devices_is_an_error_naming_each() {
         .nvml_lib(fake.path())
         .devices("2, GPU-00000000-0000")
         .build();
-    let error = built
-        .err()
-        .expect("a prefix of three devices is refused")
-        .to_string();
+    let Err(error) = built else {
+        panic!("a prefix of three devices is refused")
+    };
+    let error = error.to_string();
     assert!(
         error.contains("devices") && error.contains("GPU-00000000-0000"),
         "names the setting and the entry: {error}"
