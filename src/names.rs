@@ -128,7 +128,8 @@ pub mod attribute {
     pub const GPU_MIG_INDEX: &str = "gpu.mig.index";
     /// Device memory in use when a near-OOM or OOM finding was made.
     pub const GPU_MEMORY_USED: &str = "gpu.memory.used";
-    /// The device's total memory, on near-OOM and OOM findings.
+    /// The device's total memory, on near-OOM and OOM findings; on an OOM forecast, the
+    /// limit it forecasts against (the budget where one is set, else the total).
     pub const GPU_MEMORY_LIMIT: &str = "gpu.memory.limit";
     /// The budget a span's peak went over.
     pub const GPU_MEMORY_BUDGET: &str = "gpu.memory.budget";
@@ -153,6 +154,15 @@ pub mod attribute {
     pub const GPU_MEMORY_LEAK_GROWTH_PER_EPOCH: &str = "gpu.memory.leak.growth_per_epoch";
     /// Growth per step, in bytes, of a suspected leak read from the step trend.
     pub const GPU_MEMORY_LEAK_GROWTH_PER_STEP: &str = "gpu.memory.leak.growth_per_step";
+    /// On `gpu.memory.oom_forecast`: in how many steps the steps' peak reaches the limit
+    /// at the growth it was forecast with.
+    pub const GPU_MEMORY_FORECAST_STEPS: &str = "gpu.memory.forecast.steps";
+    /// On `gpu.memory.oom_forecast`: the growth of the steps' peak per step, in bytes, the
+    /// forecast used.
+    pub const GPU_MEMORY_FORECAST_GROWTH_PER_STEP: &str = "gpu.memory.forecast.growth_per_step";
+    /// On `gpu.memory.oom_forecast`: bytes left between the steps' peak now (the fitted
+    /// trend's) and the limit.
+    pub const GPU_MEMORY_FORECAST_HEADROOM: &str = "gpu.memory.forecast.headroom";
     /// The message of an out-of-memory error (OTel's exception convention).
     pub const EXCEPTION_MESSAGE: &str = "exception.message";
 
@@ -222,8 +232,18 @@ pub mod event {
     pub const OOM: &str = "gpu.memory.oom";
     /// Another rank of the job ran out of device memory, or came near.
     pub const PEER_OOM: &str = "gpu.memory.peer_oom";
+    /// The steps' peak grows toward the device's limit (or the budget) steadily enough to
+    /// reach it in a forecast number of steps.
+    pub const OOM_FORECAST: &str = "gpu.memory.oom_forecast";
     /// Every finding, in the order the report lists them.
-    pub const FINDINGS: [&str; 5] = [LEAK_SUSPECTED, NEAR_OOM, OOM, PEER_OOM, BUDGET_EXCEEDED];
+    pub const FINDINGS: [&str; 6] = [
+        LEAK_SUSPECTED,
+        NEAR_OOM,
+        OOM,
+        PEER_OOM,
+        BUDGET_EXCEEDED,
+        OOM_FORECAST,
+    ];
 }
 
 /// Span events about the clocks, not memory findings: no counter, no mark in the summary.

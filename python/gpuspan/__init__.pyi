@@ -43,10 +43,14 @@ class Telemetry:
     def findings(self, event: str) -> int:
         """How many diagnosis findings of one kind (``"gpu.memory.near_oom"``) so far."""
     def stop_requested(self) -> str | None:
-        """Why gpuspan asks the loop to stop (``memory_budget_stop``), or ``None``."""
+        """Why gpuspan asks the loop to stop (``memory_budget_stop``,
+        ``memory_forecast_stop``), or ``None``."""
     @property
     def memory_budget_stop(self) -> bool:
         """Whether a reading over the memory budget asks the loop to stop."""
+    @property
+    def memory_forecast_stop(self) -> bool:
+        """Whether an OOM forecast (``gpu.memory.oom_forecast``) asks the loop to stop."""
     @property
     def is_shut_down(self) -> bool: ...
     def flush(self) -> None: ...
@@ -124,6 +128,7 @@ def init(
     memory_budget: int | str = ...,
     memory_budget_error: bool | str = ...,
     memory_budget_stop: bool | str = ...,
+    memory_forecast_stop: bool | str = ...,
     leak_ratio: float = ...,
     leak_warmup: int = ...,
     near_oom_threshold: float | str = ...,

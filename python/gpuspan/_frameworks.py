@@ -62,7 +62,8 @@ class OpenSpans:
 
 
 def stop_reason():
-    """Why gpuspan asks the training loop to stop (``memory_budget_stop``: a reading over
+    """Why gpuspan asks the training loop to stop (``memory_forecast_stop``: an OOM
+    forecast; ``memory_budget_stop``: a reading over
     the memory budget), or ``None``."""
     telemetry = gpuspan._telemetry
     return None if telemetry is None else telemetry.stop_requested()

@@ -1,4 +1,5 @@
-"""The budget's stop (``memory_budget_stop``) as the whole job's decision.
+"""The stop on memory (``memory_budget_stop``, ``memory_forecast_stop``) as the whole job's
+decision.
 
 In a job of several ranks (DDP, FSDP) a rank that stops alone leaves the others in their
 next collective: gloo fails it when the peer goes, NCCL waits until its timeout. So the
@@ -18,8 +19,8 @@ one step earlier, but would wait a network round trip on every step, and on NCCL
 synchronise the device with the host.
 
 A job of one process decides alone, at once. Every rank of a job needs the same
-``memory_budget_stop`` (a launcher gives them one environment): only ranks with it take
-part. If the reduction cannot be read (a rank died, or took no part for longer than
+``memory_budget_stop`` and ``memory_forecast_stop`` (a launcher gives them one
+environment): only ranks with either take part. If the reduction cannot be read (a rank died, or took no part for longer than
 :data:`PATIENCE`), each rank decides alone from then on, with one warning line: the
 training's own collectives report a rank that died.
 
@@ -47,7 +48,9 @@ def _job_group():
     one without the budget's stop."""
     global _group
     telemetry = gpuspan._telemetry
-    if telemetry is None or not telemetry.memory_budget_stop:
+    if telemetry is None or not (
+        telemetry.memory_budget_stop or getattr(telemetry, "memory_forecast_stop", False)
+    ):
         return None
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
@@ -59,6 +62,19 @@ def _job_group():
         group = dist.new_group(backend="gloo")
         _group = (dist.group.WORLD, group)
     return group
+
+
+def _asked_why():
+    """What another rank's request to stop means, by the stops this job has on."""
+    telemetry = gpuspan._telemetry
+    budget = telemetry is not None and telemetry.memory_budget_stop
+    forecast = telemetry is not None and getattr(telemetry, "memory_forecast_stop", False)
+    if budget and forecast:
+        return ("went over its memory budget or was forecast to run out of memory "
+                "(GPUSPAN_MEMORY_BUDGET_STOP, GPUSPAN_MEMORY_FORECAST_STOP)")
+    if forecast:
+        return "was forecast to run out of memory (GPUSPAN_MEMORY_FORECAST_STOP)"
+    return "went over its memory budget (GPUSPAN_MEMORY_BUDGET_STOP)"
 
 
 class JobStop:
@@ -101,10 +117,7 @@ class JobStop:
             self._decided = mine
             return mine
         if asking:
-            self._decided = mine or (
-                f"rank {asking - 1} of the job went over its memory budget "
-                "(GPUSPAN_MEMORY_BUDGET_STOP)"
-            )
+            self._decided = mine or f"rank {asking - 1} of the job {_asked_why()}"
             return self._decided
         self._start(mine is not None)
         return None

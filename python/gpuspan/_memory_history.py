@@ -2,11 +2,11 @@
 
 Opt-in under ``gpuspan run`` with ``GPUSPAN_TORCH_MEMORY_HISTORY=1`` (or the number of
 entries to keep, 100000 by default): ``torch.cuda.memory._record_memory_history`` records
-every allocation with its Python stack, in a bounded ring, and at a near-OOM crossing (seen
-at the end of the step it happened in) or an out-of-memory error (before the exception goes
-on) the snapshot is saved to the run directory as
-``memory-snapshot-rank<r>-step<s>-<trace id>-<near-oom|oom>.pickle``, which PyTorch's
-memory_viz (https://pytorch.org/memory_viz) opens. Nothing here changes the exit status.
+every allocation with its Python stack, in a bounded ring, and at a near-OOM crossing or an
+OOM forecast (each seen at the end of the step gpuspan has found it by) or an out-of-memory
+error (before the exception goes on) the snapshot is saved to the run directory as
+``memory-snapshot-rank<r>-step<s>-<trace id>-<near-oom|oom-forecast|oom>.pickle``, which
+PyTorch's memory_viz (https://pytorch.org/memory_viz) opens. Nothing here changes the exit status.
 """
 
 import os
@@ -16,6 +16,7 @@ from . import _native
 
 DEFAULT_ENTRIES = _native.DEFAULT_MEMORY_HISTORY_ENTRIES
 NEAR_OOM = "gpu.memory.near_oom"
+OOM_FORECAST = "gpu.memory.oom_forecast"
 
 
 def entries():
@@ -32,18 +33,25 @@ class MemoryHistory:
         self._memory = memory
         self._rank = rank
         self._near_oom_seen = 0
+        self._forecasts_seen = 0
         memory._record_memory_history(
             enabled="all", context="all", stacks="python", max_entries=entries
         )
 
     def after_step(self, telemetry, step, trace_id, directory):
-        """Saves a snapshot if the device crossed the near-OOM threshold since the last
-        call; returns its path or ``None``."""
+        """Saves a snapshot if the device crossed the near-OOM threshold, or an OOM was
+        forecast, since the last call; returns its path or ``None``."""
         crossings = telemetry.findings(NEAR_OOM)
-        if crossings <= self._near_oom_seen:
+        forecasts = telemetry.findings(OOM_FORECAST)
+        if crossings > self._near_oom_seen:
+            reason = "near-oom"
+        elif forecasts > self._forecasts_seen:
+            reason = "oom-forecast"
+        else:
             return None
         self._near_oom_seen = crossings
-        return self.save("near-oom", step, trace_id, directory)
+        self._forecasts_seen = forecasts
+        return self.save(reason, step, trace_id, directory)
 
     def save(self, reason, step, trace_id, directory):
         """Writes the snapshot; returns its path, or ``None`` (with one line on stderr) when

@@ -169,6 +169,7 @@ fn setting(builder: Builder, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Bu
         "memory_budget" => builder.memory_budget(budget(value)?),
         "memory_budget_error" => builder.memory_budget_error(flag(value)?),
         "memory_budget_stop" => builder.memory_budget_stop(flag(value)?),
+        "memory_forecast_stop" => builder.memory_forecast_stop(flag(value)?),
         "leak_ratio" => builder.leak_ratio(value.extract::<f64>()?),
         "leak_warmup" => builder.leak_warmup(value.extract::<usize>()?),
         "near_oom_threshold" => builder.near_oom_threshold(fraction(value)?),

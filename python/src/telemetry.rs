@@ -107,7 +107,8 @@ impl Telemetry {
     }
 
     /// Why gpuspan asks the training loop to stop (`memory_budget_stop`: the first
-    /// reading over the memory budget), or `None`. A loop checks it at the end of a step.
+    /// reading over the memory budget; `memory_forecast_stop`: the first OOM forecast), or
+    /// `None`. A loop checks it at the end of a step.
     fn stop_requested(&self) -> Option<String> {
         self.inner
             .lock()
@@ -122,6 +123,15 @@ impl Telemetry {
             .lock()
             .ok()
             .is_some_and(|t| t.as_ref().is_some_and(|t| t.memory_budget_stop()))
+    }
+
+    /// Whether an OOM forecast asks the loop to stop (`memory_forecast_stop`).
+    #[getter]
+    fn memory_forecast_stop(&self) -> bool {
+        self.inner
+            .lock()
+            .ok()
+            .is_some_and(|t| t.as_ref().is_some_and(|t| t.memory_forecast_stop()))
     }
 
     /// Whether `shutdown()` has run.

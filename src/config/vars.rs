@@ -112,6 +112,8 @@ pub(crate) const GPUSPAN_MEMORY_BUDGET: &str = "GPUSPAN_MEMORY_BUDGET";
 pub(crate) const GPUSPAN_MEMORY_BUDGET_ERROR: &str = "GPUSPAN_MEMORY_BUDGET_ERROR";
 /// `true`: the first reading over the budget asks the training loop to stop.
 pub(crate) const GPUSPAN_MEMORY_BUDGET_STOP: &str = "GPUSPAN_MEMORY_BUDGET_STOP";
+/// `true`: the first OOM forecast asks the training loop to stop.
+pub(crate) const GPUSPAN_MEMORY_FORECAST_STOP: &str = "GPUSPAN_MEMORY_FORECAST_STOP";
 /// The ratio rule's factor: end memory against the first epoch's (default 1.5).
 pub(crate) const GPUSPAN_LEAK_RATIO: &str = "GPUSPAN_LEAK_RATIO";
 /// Epochs (and steps of each epoch) left out of leak detection at the start (default 1).
@@ -215,6 +217,7 @@ pub(crate) const ALL: &[&str] = &[
     GPUSPAN_MEMORY_BUDGET,
     GPUSPAN_MEMORY_BUDGET_ERROR,
     GPUSPAN_MEMORY_BUDGET_STOP,
+    GPUSPAN_MEMORY_FORECAST_STOP,
     GPUSPAN_LEAK_RATIO,
     GPUSPAN_LEAK_WARMUP,
     GPUSPAN_NEAR_OOM_THRESHOLD,

@@ -8,6 +8,7 @@
 
 mod batch_fit;
 mod counts;
+mod forecast;
 mod near_oom;
 mod open_span_layer;
 mod open_spans;
@@ -62,6 +63,9 @@ pub(crate) struct Findings {
     fitter: BatchFitter,
     highest: Option<Highest>,
     over_budget: u64,
+    /// OOM forecasts made, and the first one's line for the summary.
+    forecasts: u64,
+    first_forecast: Option<String>,
 }
 
 /// File in the run directory that keeps every device's total and budget, so that
@@ -168,6 +172,11 @@ impl Diagnosis {
         self.settings.budget_stop
     }
 
+    /// Whether an OOM forecast asks the loop to stop (`GPUSPAN_MEMORY_FORECAST_STOP`).
+    pub(crate) fn forecast_stop(&self) -> bool {
+        self.settings.forecast_stop
+    }
+
     /// Why the budget asked the loop to stop, once it did.
     pub(crate) fn stop_requested(&self) -> Option<String> {
         self.stop.reason().map(str::to_owned)
@@ -215,6 +224,7 @@ impl Diagnosis {
         let setup = rules::Setup {
             settings: &self.settings,
             limits: &limits,
+            stop: &self.stop,
         };
         let rules = rules::KINDS
             .iter()
@@ -268,6 +278,9 @@ impl Diagnosis {
         }
         let limit = self.limits.get().and_then(Limits::batch_limit);
         notes.extend(batch_fit::summary_line(&findings.fitter, limit));
+        if let Some(first) = &findings.first_forecast {
+            notes.push(forecast_line(first, findings.forecasts));
+        }
         let near = self.counts.total(event::NEAR_OOM);
         let oom = self.counts.total(event::OOM);
         if near + oom > 0 {
@@ -300,6 +313,16 @@ impl Diagnosis {
 pub(crate) fn read_batch_limit(run_dir: &std::path::Path) -> Option<i64> {
     let text = std::fs::read_to_string(run_dir.join(LIMITS_FILE)).ok()?;
     serde_json::from_str::<Limits>(&text).ok()?.batch_limit()
+}
+
+/// `OOM forecast at step 240: out of memory in about 130 steps on gpu 0 (...)`, with how
+/// many forecasts the run made when more than one.
+pub(crate) fn forecast_line(first: &str, forecasts: u64) -> String {
+    let mut line = format!("OOM forecast at {first}");
+    if forecasts > 1 {
+        line.push_str(&format!("; {forecasts} forecasts in all"));
+    }
+    line
 }
 
 fn describe_budget(budget: MemoryBudget) -> String {

@@ -6,13 +6,13 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::batch_fit::BatchFitter;
-use super::rules::{self, span_label, Detail};
+use super::rules::{self, oom_forecast, span_label, Detail};
 use super::BatchFit;
 use crate::names::event;
 use crate::record::{Role, SpanRecord};
 
 /// Span events drawn as markers.
-pub const DIAGNOSIS_EVENTS: [&str; 5] = event::FINDINGS;
+pub const DIAGNOSIS_EVENTS: [&str; 6] = event::FINDINGS;
 
 /// A diagnosis event found on a span.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +33,9 @@ pub(crate) struct RunReader {
     marks: Vec<(i64, String)>,
     markers: Vec<Marker>,
     fitter: BatchFitter,
+    /// OOM forecasts read, and the first one's line.
+    forecasts: u64,
+    first_forecast: Option<String>,
 }
 
 impl RunReader {
@@ -50,6 +53,13 @@ impl RunReader {
             if let Role::Epoch(epoch) = record.role {
                 let mark = kind.mark(&event.attributes, Detail::ReadBack);
                 self.marks.push((epoch, mark));
+            }
+            if event.name == event::OOM_FORECAST {
+                self.forecasts += 1;
+                if self.first_forecast.is_none() {
+                    let line = oom_forecast::describe(&event.attributes, &span_label(record));
+                    self.first_forecast = Some(line);
+                }
             }
             self.markers.push(Marker {
                 name: event.name.clone(),
@@ -71,11 +81,15 @@ impl RunReader {
     /// [`read_batch_limit`](super::read_batch_limit)) as the run's own fit is.
     pub(crate) fn finish(mut self, limit: Option<i64>) -> ReadFindings {
         self.markers.sort_by_key(|m| m.unix_nanos);
+        let forecast = self
+            .first_forecast
+            .map(|first| super::forecast_line(&first, self.forecasts));
         ReadFindings {
             marks: self.marks,
             batch_fit: self.fitter.fit(limit),
             notes: super::batch_fit::summary_line(&self.fitter, limit)
                 .into_iter()
+                .chain(forecast)
                 .collect(),
             markers: self.markers,
         }

@@ -11,8 +11,8 @@ use crate::config::table::{Defaulted, Row, Setting, Vars};
 pub(crate) use crate::config::vars::{
     GPUSPAN_LEAK_RATIO as LEAK_RATIO, GPUSPAN_LEAK_WARMUP as LEAK_WARMUP,
     GPUSPAN_MEMORY_BUDGET as MEMORY_BUDGET, GPUSPAN_MEMORY_BUDGET_ERROR as BUDGET_ERROR,
-    GPUSPAN_MEMORY_BUDGET_STOP as BUDGET_STOP, GPUSPAN_NEAR_OOM_THRESHOLD as NEAR_OOM_THRESHOLD,
-    GPUSPAN_NEAR_OOM_WINDOW as NEAR_OOM_WINDOW,
+    GPUSPAN_MEMORY_BUDGET_STOP as BUDGET_STOP, GPUSPAN_MEMORY_FORECAST_STOP as FORECAST_STOP,
+    GPUSPAN_NEAR_OOM_THRESHOLD as NEAR_OOM_THRESHOLD, GPUSPAN_NEAR_OOM_WINDOW as NEAR_OOM_WINDOW,
 };
 use crate::error::InitError;
 
@@ -52,6 +52,7 @@ pub(crate) struct DiagnoseCode {
     pub(crate) budget: Option<MemoryBudget>,
     pub(crate) budget_error: Option<bool>,
     pub(crate) budget_stop: Option<bool>,
+    pub(crate) forecast_stop: Option<bool>,
     pub(crate) leak_ratio: Option<f64>,
     pub(crate) leak_warmup: Option<usize>,
     pub(crate) near_oom_threshold: Option<f64>,
@@ -65,6 +66,8 @@ pub(crate) struct DiagnoseSettings {
     pub(crate) budget_error: bool,
     /// Whether the first reading over the budget asks the training loop to stop.
     pub(crate) budget_stop: bool,
+    /// Whether the first OOM forecast asks the training loop to stop.
+    pub(crate) forecast_stop: bool,
     pub(crate) leak_ratio: f64,
     pub(crate) leak_warmup: usize,
     pub(crate) near_oom_threshold: f64,
@@ -78,6 +81,7 @@ impl Default for DiagnoseSettings {
             budget: None,
             budget_error: (BUDGET_ERROR_ROW.value)(),
             budget_stop: (BUDGET_STOP_ROW.value)(),
+            forecast_stop: (FORECAST_STOP_ROW.value)(),
             leak_ratio: (LEAK_RATIO_ROW.value)(),
             leak_warmup: (LEAK_WARMUP_ROW.value)(),
             near_oom_threshold: (NEAR_OOM_THRESHOLD_ROW.value)(),
@@ -120,6 +124,15 @@ const BUDGET_STOP_ROW: Defaulted<bool> = Row::new(
     parse::boolean,
 )
 .doc("Whether the first reading over the budget asks the training loop to stop.")
+.defaults_to(|| false);
+const FORECAST_STOP_ROW: Defaulted<bool> = Row::new(
+    "memory_forecast_stop",
+    Vars::Ordered(&[FORECAST_STOP]),
+    parse::BOOLEAN,
+    "false",
+    parse::boolean,
+)
+.doc("Whether the first OOM forecast asks the training loop to stop.")
 .defaults_to(|| false);
 const LEAK_RATIO_ROW: Defaulted<f64> = Row::new(
     "leak_ratio",
@@ -173,6 +186,7 @@ pub(crate) const ROWS: &[Setting] = &[
     BUDGET.setting,
     BUDGET_ERROR_ROW.row.setting,
     BUDGET_STOP_ROW.row.setting,
+    FORECAST_STOP_ROW.row.setting,
     LEAK_RATIO_ROW.row.setting,
     LEAK_WARMUP_ROW.row.setting,
     NEAR_OOM_THRESHOLD_ROW.row.setting,
@@ -190,6 +204,7 @@ pub(crate) fn resolve(
         budget: layered(&BUDGET, code.budget, None, env)?.map(|(b, _)| b),
         budget_error: resolved(&BUDGET_ERROR_ROW, code.budget_error, env)?,
         budget_stop: resolved(&BUDGET_STOP_ROW, code.budget_stop, env)?,
+        forecast_stop: resolved(&FORECAST_STOP_ROW, code.forecast_stop, env)?,
         leak_ratio: resolved(&LEAK_RATIO_ROW, code.leak_ratio, env)?,
         leak_warmup: resolved(&LEAK_WARMUP_ROW, code.leak_warmup, env)?,
         near_oom_threshold: resolved(&NEAR_OOM_THRESHOLD_ROW, code.near_oom_threshold, env)?,
@@ -305,6 +320,26 @@ mod tests {
             ])),
             BUDGET_STOP
         );
+    }
+
+    #[test]
+    fn the_forecast_s_stop_reads_as_a_boolean_and_needs_no_budget() {
+        assert!(
+            resolve_env(&[(FORECAST_STOP, "true")])
+                .unwrap()
+                .forecast_stop
+        );
+        assert!(!resolve_env(&[]).unwrap().forecast_stop);
+        assert_eq!(
+            error_names(resolve_env(&[(FORECAST_STOP, "soon")])),
+            FORECAST_STOP
+        );
+        let code = DiagnoseCode {
+            forecast_stop: Some(false),
+            ..DiagnoseCode::default()
+        };
+        let settings = resolve(&code, |name| (name == FORECAST_STOP).then(|| "1".into()));
+        assert!(!settings.unwrap().forecast_stop, "code beats the variable");
     }
 
     #[test]

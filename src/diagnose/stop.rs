@@ -1,5 +1,6 @@
 //! Stopping on the budget (`GPUSPAN_MEMORY_BUDGET_STOP`): the first reading over a device's
-//! budget asks the training loop to stop. gpuspan cannot stop a loop it does not own; it
+//! budget asks the training loop to stop. The OOM forecast
+//! (`GPUSPAN_MEMORY_FORECAST_STOP`) makes the same request, from the export thread. gpuspan cannot stop a loop it does not own; it
 //! records why, and calls the handlers a loop's owner registered (gpuspan-burn's sets
 //! burn's interrupter), so the loop ends at its next check, the end of the step.
 //!
@@ -50,7 +51,7 @@ impl StopRequest {
     }
 
     /// Makes the request (the first call only) and tells every handler.
-    fn request(&self, reason: String) {
+    pub(crate) fn request(&self, reason: String) {
         let handlers = lock(&self.handlers);
         if self.reason.set(reason).is_ok() {
             if let Some(reason) = self.reason.get() {

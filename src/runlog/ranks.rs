@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use crate::config::RANK_DIR_PREFIX;
 use crate::diagnose::Marker;
-use crate::names::event;
+use crate::names::{attribute as attr, event};
 use crate::record::{Role, SpanRecord};
 use crate::util::bytes::human;
 
@@ -54,9 +54,11 @@ struct Rank {
     epoch_spans: HashMap<[u8; 8], i64>,
     /// Steps as read: their parent span, `ml.step`, figures.
     steps: Vec<(Option<[u8; 8]>, i64, RankFigures)>,
-    /// The rank's first out-of-memory error and first near-OOM crossing.
+    /// The rank's first out-of-memory error, first near-OOM crossing and first OOM
+    /// forecast.
     first_oom: Option<Marker>,
     first_near_oom: Option<Marker>,
+    first_forecast: Option<Marker>,
 }
 
 impl Rank {
@@ -123,8 +125,8 @@ impl JobTable {
         }
     }
 
-    /// Adds the diagnosis markers of the rank added last: its first OOM and near-OOM are
-    /// what is kept.
+    /// Adds the diagnosis markers of the rank added last: its first OOM, near-OOM and OOM
+    /// forecast are what is kept.
     pub fn add_markers(&mut self, markers: &[Marker]) {
         let Some(rank) = self.ranks.last_mut() else {
             return;
@@ -133,6 +135,7 @@ impl JobTable {
             let first = match marker.name.as_str() {
                 event::OOM => &mut rank.first_oom,
                 event::NEAR_OOM => &mut rank.first_near_oom,
+                event::OOM_FORECAST => &mut rank.first_forecast,
                 _ => continue,
             };
             if first
@@ -167,6 +170,37 @@ impl JobTable {
             hit.len(),
             self.ranks.len()
         ))
+    }
+
+    /// `first OOM forecast: rank 2 in step 33, out of memory in about 887 steps on gpu 2
+    /// (+64.0 MiB a step); 1 of 4 ranks`: the rank whose steps' peak was first forecast to
+    /// reach its limit; `None` when no rank's was.
+    pub fn first_forecast(&self) -> Option<String> {
+        let hit: Vec<(&str, &Marker)> = self
+            .ranks
+            .iter()
+            .filter_map(|r| Some((r.name.as_str(), r.first_forecast.as_ref()?)))
+            .collect();
+        let (rank, first) = hit.iter().min_by_key(|(_, m)| m.unix_nanos)?;
+        let value = |key: &str| {
+            let found = first.attributes.iter().find(|(k, _)| k == key);
+            found.and_then(|(_, v)| v.parse::<i64>().ok())
+        };
+        let mut line = format!("first OOM forecast: rank {rank} in {}", first.span);
+        if let Some(steps) = value(attr::GPU_MEMORY_FORECAST_STEPS) {
+            let _ = write!(line, ", out of memory in about {steps} steps");
+        }
+        if let Some(index) = value(attr::GPU_INDEX) {
+            let _ = write!(line, " on gpu {index}");
+            if let Some(mig) = value(attr::GPU_MIG_INDEX) {
+                let _ = write!(line, ".mig{mig}");
+            }
+        }
+        if let Some(growth) = value(attr::GPU_MEMORY_FORECAST_GROWTH_PER_STEP) {
+            let _ = write!(line, " (+{} a step)", human(growth));
+        }
+        let _ = write!(line, "; {} of {} ranks", hit.len(), self.ranks.len());
+        Some(line)
     }
 
     /// The ranks, as added (`3` for `rank-3`).
@@ -224,6 +258,9 @@ impl JobTable {
             let _ = writeln!(out, "{line}");
         }
         if let Some(line) = self.first_out_of_memory() {
+            let _ = writeln!(out, "{line}");
+        }
+        if let Some(line) = self.first_forecast() {
             let _ = writeln!(out, "{line}");
         }
         Some(out)
@@ -454,5 +491,40 @@ mod tests {
         near.ranks.pop();
         near.add_rank("rank-1");
         assert_eq!(near.first_out_of_memory(), None);
+    }
+
+    #[test]
+    fn the_rank_first_forecast_to_run_out_is_named_with_its_steps_and_growth() {
+        let forecast = |unix_nanos, span: &str, steps: &str| Marker {
+            attributes: [
+                ("gpu.index", "2"),
+                ("gpu.memory.forecast.steps", steps),
+                ("gpu.memory.forecast.growth_per_step", "67108864"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            ..marker(event::OOM_FORECAST, unix_nanos, span)
+        };
+        let mut job = JobTable::default();
+        job.add_rank("rank-0");
+        job.add_rank("rank-2");
+        job.add_markers(&[
+            forecast(900, "step 40", "500"),
+            forecast(700, "step 32", "887"),
+        ]);
+        job.add_rank("rank-3");
+        job.add_markers(&[forecast(800, "step 35", "600")]);
+        job.add_rank("rank-4");
+        assert_eq!(
+            job.first_forecast().unwrap(),
+            "first OOM forecast: rank 2 in step 32, out of memory in about 887 steps on gpu 2 \
+             (+64.0 MiB a step); 2 of 4 ranks"
+        );
+        assert!(job
+            .render()
+            .unwrap()
+            .ends_with(&format!("{}\n", job.first_forecast().unwrap())));
+        assert_eq!(JobTable::default().first_forecast(), None);
     }
 }

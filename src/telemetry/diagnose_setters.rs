@@ -31,6 +31,17 @@ impl Builder {
         self
     }
 
+    /// Whether the first OOM forecast (the event `gpu.memory.oom_forecast`: the steps' peak
+    /// grows steadily toward the limit) asks the training loop to stop, as the budget's
+    /// stop does (else `GPUSPAN_MEMORY_FORECAST_STOP`, else no): [`Telemetry::stop_requested`]
+    /// then says why. No budget is needed: the forecast runs toward the device's total.
+    ///
+    /// [`Telemetry::stop_requested`]: crate::Telemetry::stop_requested
+    pub fn memory_forecast_stop(mut self, stop: bool) -> Self {
+        self.diagnose.forecast_stop = Some(stop);
+        self
+    }
+
     /// The ratio rule's factor: a leak is suspected when an epoch ends with this many times
     /// the first epoch's memory (else `GPUSPAN_LEAK_RATIO`, else
     /// 1.5). Must be above 1.

@@ -1,5 +1,5 @@
 //! What diagnosis found, for the program itself: the batch-size fit, the findings so far,
-//! and the budget's request to stop the loop.
+//! and the request to stop the loop (the budget's or the OOM forecast's).
 
 use super::Telemetry;
 
@@ -25,8 +25,10 @@ impl Telemetry {
     /// Why gpuspan asks the training loop to stop, once it does: with
     /// `GPUSPAN_MEMORY_BUDGET_STOP` (or
     /// [`Builder::memory_budget_stop`](crate::Builder::memory_budget_stop)), the first
-    /// reading over a device's budget. A loop of one's own checks it at the end of each
-    /// step:
+    /// reading over a device's budget; with `GPUSPAN_MEMORY_FORECAST_STOP` (or
+    /// [`Builder::memory_forecast_stop`](crate::Builder::memory_forecast_stop)), the first
+    /// OOM forecast, seen once its step is exported. A loop of one's own checks it at the
+    /// end of each step:
     ///
     /// ```
     /// # let telemetry = gpuspan::Telemetry::builder().disabled(true).build().unwrap();
@@ -53,11 +55,21 @@ impl Telemetry {
             .is_some_and(|inner| inner.diagnosis.budget_stop())
     }
 
+    /// Whether an OOM forecast asks the training loop to stop
+    /// (`GPUSPAN_MEMORY_FORECAST_STOP`, or
+    /// [`Builder::memory_forecast_stop`](crate::Builder::memory_forecast_stop)): a loop
+    /// whose ranks must stop together prepares for it. `false` when disabled.
+    pub fn memory_forecast_stop(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|inner| inner.diagnosis.forecast_stop())
+    }
+
     /// Calls `handler` with the reason when gpuspan asks the training loop to stop (see
     /// [`Telemetry::stop_requested`]), or at once if it has asked already; for a trainer
     /// that owns the loop and has a stop flag of its own. The handler runs on the sampler
-    /// thread and must return at once: set the flag, nothing more. It is never called
-    /// when disabled.
+    /// thread (the budget's) or the export thread (the forecast's) and must return at
+    /// once: set the flag, nothing more. It is never called when disabled.
     pub fn on_stop_request(&self, handler: impl Fn(&str) + Send + Sync + 'static) {
         if let Some(inner) = &self.inner {
             inner.diagnosis.on_stop_request(Box::new(handler));

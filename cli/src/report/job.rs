@@ -45,6 +45,13 @@ pub fn job_html(job: &JobTable, name: &str) -> String {
             escape(&line)
         );
     }
+    if let Some(line) = job.first_forecast() {
+        let _ = write!(
+            page,
+            "<p class=\"alarm\" id=\"first-forecast\">{}</p>",
+            escape(&line)
+        );
+    }
     page.push_str(&lanes(job));
     page.push_str(&epoch_table(job));
     page.push_str("</body></html>\n");

@@ -18,7 +18,11 @@ mod budget;
 mod leak;
 mod near_oom;
 mod oom;
+pub(crate) mod oom_forecast;
 mod peer_oom;
+
+#[cfg(test)]
+pub(crate) use leak::tests::Noise;
 
 /// Every kind of finding, in the order the tap applies the span rules, which is the order
 /// of their events on one span. A new kind goes at the end, so that events on a span keep
@@ -29,6 +33,7 @@ pub(crate) const KINDS: &[&dyn FindingKind] = &[
     near_oom::KIND,
     oom::KIND,
     peer_oom::KIND,
+    oom_forecast::KIND,
 ];
 
 /// The kind of finding whose event is named `event`.
@@ -105,6 +110,8 @@ pub(crate) trait SpanRule: Send {
 pub(crate) struct Setup<'a> {
     pub(crate) settings: &'a DiagnoseSettings,
     pub(crate) limits: &'a Limits,
+    /// The run's one request to stop the loop.
+    pub(crate) stop: &'a std::sync::Arc<crate::diagnose::stop::StopRequest>,
 }
 
 /// The counter of one kind of finding: named as its event, unit `{finding}`.
@@ -197,11 +204,20 @@ mod tests {
 
     #[test]
     fn a_span_gets_its_findings_in_the_order_it_always_had() {
-        use crate::names::event::{BUDGET_EXCEEDED, LEAK_SUSPECTED, NEAR_OOM, OOM, PEER_OOM};
+        use crate::names::event::{
+            BUDGET_EXCEEDED, LEAK_SUSPECTED, NEAR_OOM, OOM, OOM_FORECAST, PEER_OOM,
+        };
         let order: Vec<&str> = KINDS.iter().map(|k| k.event()).collect();
         assert_eq!(
             order,
-            [BUDGET_EXCEEDED, LEAK_SUSPECTED, NEAR_OOM, OOM, PEER_OOM]
+            [
+                BUDGET_EXCEEDED,
+                LEAK_SUSPECTED,
+                NEAR_OOM,
+                OOM,
+                PEER_OOM,
+                OOM_FORECAST
+            ]
         );
     }
 }
