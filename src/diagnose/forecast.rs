@@ -284,10 +284,13 @@ mod tests {
         }
     }
 
+    /// A run's peak at each step.
+    type Peaks = Box<dyn FnMut(usize) -> f64>;
+
     /// Shapes of runs that do not run out of memory, each close to the limit, with the
     /// name a failure prints.
-    fn calm_runs(seed: u64) -> Vec<(String, Box<dyn FnMut(usize) -> f64>)> {
-        let mut runs: Vec<(String, Box<dyn FnMut(usize) -> f64>)> = Vec::new();
+    fn calm_runs(seed: u64) -> Vec<(String, Peaks)> {
+        let mut runs: Vec<(String, Peaks)> = Vec::new();
         let mut noise = Noise::new(seed);
         let mut jitter = move || noise.next();
         let top = 74.0 * GIB;

@@ -133,6 +133,9 @@ fn a_ramp_of_64_mib_a_step_is_forecast_once_within_a_step_before_a_quarter_of_th
     assert_eq!(points.last().and_then(|p| p.as_int()), Some(1));
 }
 
+/// A run's peak at each step.
+type Peaks = Box<dyn Fn(u64) -> u64>;
+
 #[test]
 fn calm_runs_get_no_forecast() {
     let fake = FakeNvml::build();
@@ -142,7 +145,7 @@ fn calm_runs_get_no_forecast() {
     let noise = [
         3, -7, 10, -2, 8, -10, 1, 6, -5, 9, -8, 4, -1, 7, -9, 2, 5, -6, 0, -3,
     ];
-    let corpus: Vec<(&str, Box<dyn Fn(u64) -> u64>)> = vec![
+    let corpus: Vec<(&str, Peaks)> = vec![
         (
             "the allocator's sawtooth: 8 steps of accumulation, 6 GiB swing",
             Box::new(move |s| top - 6 * GIB + 6 * GIB * (s % 8) / 8),
