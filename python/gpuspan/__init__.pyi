@@ -195,6 +195,8 @@ def init(
       status. Default: false.
     - memory_budget_stop (GPUSPAN_MEMORY_BUDGET_STOP): Whether the first reading over the budget asks the
       training loop to stop. Default: false.
+    - memory_forecast_stop (GPUSPAN_MEMORY_FORECAST_STOP): Whether the first OOM forecast asks the
+      training loop to stop. Default: false.
     - leak_ratio (GPUSPAN_LEAK_RATIO): The ratio rule's factor: end memory this many times the first
       epoch's. Default: 1.5.
     - leak_warmup (GPUSPAN_LEAK_WARMUP): Epochs (and steps of each epoch) leak detection leaves out at the
