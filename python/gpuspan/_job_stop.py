@@ -6,23 +6,24 @@ next collective: gloo fails it when the peer goes, NCCL waits until its timeout.
 ranks decide together, and every rank stops after the same optimizer step.
 
 At the end of each optimizer step every rank starts a reduction of its own request (its
-device went over its budget, or not) over a gloo group of gpuspan's own, and does not wait
-for it. At the end of the next step it reads the result, the same on every rank, and the
-job stops after that step when any rank asked. The read does not wait in practice: that
-step's own gradient all-reduce could only finish once every rank had started its part, so
-the reduction was done long before. Per step this costs the training thread the start of
-one small gloo operation and the read of a finished one: no device synchronisation, no
-wait on the network (``python/benches/job_stop_cost.py`` measures it against a blocking
-reduction). The price is that the job stops one step after the step that went over, where
-a process alone stops after that step itself. A blocking reduction each step would stop
-one step earlier, but would wait a network round trip on every step, and on NCCL
-synchronise the device with the host.
+device went over its budget or was forecast to run out of memory, or not) over a gloo
+group of gpuspan's own, and does not wait for it. At the end of the next step it reads the
+result, the same on every rank, and the job stops after that step when any rank asked. The
+read does not wait in practice: that step's own gradient all-reduce could only finish once
+every rank had started its part, so the reduction was done long before. Per step this
+costs the training thread the start of one small gloo operation and the read of a finished
+one: no device synchronisation, no wait on the network
+(``python/benches/job_stop_cost.py`` measures it against a blocking reduction). The price
+is that the job stops one step after the step that went over, where a process alone stops
+after that step itself. A blocking reduction each step would stop one step earlier, but
+would wait a network round trip on every step, and on NCCL synchronise the device with the
+host.
 
 A job of one process decides alone, at once. Every rank of a job needs the same
 ``memory_budget_stop`` and ``memory_forecast_stop`` (a launcher gives them one
-environment): only ranks with either take part. If the reduction cannot be read (a rank died, or took no part for longer than
-:data:`PATIENCE`), each rank decides alone from then on, with one warning line: the
-training's own collectives report a rank that died.
+environment): only ranks with either take part. If the reduction cannot be read (a rank
+died, or took no part for longer than :data:`PATIENCE`), each rank decides alone from then
+on, with one warning line: the training's own collectives report a rank that died.
 
 Threading: the training thread of each rank, in the callbacks' hooks.
 """
