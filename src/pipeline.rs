@@ -25,6 +25,8 @@
 //!   signal's [`Transport`] from its destination: the request-level OTLP client (for any
 //!   [`OtlpRequest`], shared through [`SharedRequest`]), an OTLP/JSON lines file, standard
 //!   output, or nowhere.
+//! - **Helpers.** [`unix_nanos`] stamps wall-clock time as the SDK's spans and ticks carry
+//!   it, and [`lock`] takes a mutex whose holder panicked, as every lock in the SDK does.
 //!
 //! Threading: as each item's own documentation says; nothing here runs on a training
 //! thread.
@@ -38,6 +40,8 @@ pub use crate::export::sink::{Sink, SinkError, Undelivered};
 pub use crate::figures::{device_keys, Number, SpanEnergy, SpanFigures, Triple};
 pub use crate::source::processes::ProcessTable;
 pub use crate::timeline::{Tick, TickObserver};
+pub use crate::util::sync::lock;
+pub use crate::util::time::unix_nanos;
 
 /// The node's GPUs as the SDK reads them: NVML's devices, then the AMD and Intel devices
 /// of the kernel's files (under the settings' sysfs and procfs roots), as one source on a

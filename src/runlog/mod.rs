@@ -16,6 +16,7 @@ pub use crate::timeline::file::{
     read_timeline, Figure, Series, Timeline, TimelineDevice, TimelineEncoder, TimelineError,
     TimelineFormatError, TIMELINE_FILE,
 };
+pub use crate::util::bytes;
 pub(crate) use summary::SummaryTap;
 pub use summary::{read_run, read_run_and, EpochSummary, EpochTable, RunSummary};
 

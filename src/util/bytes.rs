@@ -1,7 +1,8 @@
-//! Byte counts for people: the summary's three significant digits.
+//! Byte counts for people, as the summary writes them: three significant digits in binary
+//! units. Public so that `gpuspan report` and `gpuspan diff` write bytes as the summary does.
 
 /// Bytes in binary units, three significant digits: `512 B`, `1.5 KiB`, `150 MiB`.
-pub(crate) fn human(value: i64) -> String {
+pub fn human(value: i64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = value.unsigned_abs() as f64;
     let mut unit = 0;
@@ -20,7 +21,7 @@ pub(crate) fn human(value: i64) -> String {
 }
 
 /// As [`human`], with a `+` on growth.
-pub(crate) fn signed(value: i64) -> String {
+pub fn signed(value: i64) -> String {
     if value > 0 {
         format!("+{}", human(value))
     } else {

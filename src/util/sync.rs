@@ -5,7 +5,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 /// Locks `mutex`, taking the data even when a holder panicked.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -3,7 +3,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Wall-clock time as UNIX nanoseconds (0 before 1970).
-pub(crate) fn unix_nanos(time: SystemTime) -> u64 {
+pub fn unix_nanos(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
         .unwrap_or(0)

@@ -320,7 +320,7 @@ fn mib(bytes: u64) -> String {
 }
 
 fn unix_now() -> u64 {
-    crate::util::unix_nanos(SystemTime::now())
+    gpuspan::pipeline::unix_nanos(SystemTime::now())
 }
 
 fn hex(bytes: &[u8]) -> String {

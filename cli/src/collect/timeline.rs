@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::util::lock;
+use gpuspan::pipeline::lock;
 use gpuspan::pipeline::ProcessTable;
 use gpuspan::pipeline::{Tick, TickObserver};
 use gpuspan::GpuId;

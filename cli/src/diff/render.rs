@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::align::{Device, RowKey, Series};
 use super::compare::{FigureChange, SpanRef, Unmatched};
 use super::Diff;
-use crate::util::{human, signed};
+use gpuspan::runlog::bytes::{human, signed};
 
 impl Diff {
     /// The table for a terminal: a line per figure of each row, then the worst step of each

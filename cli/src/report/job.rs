@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use super::html::escape;
-use crate::util::human;
+use gpuspan::runlog::bytes::human;
 use gpuspan::runlog::ranks::{percent, step_label, JobRow, JobTable, StepKey};
 
 /// Columns drawn at most: a longer job shows each column as the highest of the steps it
