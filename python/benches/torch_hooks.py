@@ -29,25 +29,7 @@ import tempfile
 import time
 
 import torch
-
-
-def model_and_step():
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
-        torch.nn.Linear(512, 10),
-    )
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
-
-    def step():
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-
-    return step
+from torch_mlp import model_and_step
 
 
 class Hooks:

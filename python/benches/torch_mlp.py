@@ -13,7 +13,9 @@ import time
 import torch
 
 
-def main(steps):
+def model_and_step():
+    """The model, its optimizer and one batch, seeded: a function that trains one step on it.
+    torch_hooks.py trains the same model."""
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = torch.nn.Sequential(
@@ -29,6 +31,11 @@ def main(steps):
         optimizer.step()
         optimizer.zero_grad()
 
+    return step
+
+
+def main(steps):
+    step = model_and_step()
     for _ in range(50):  # warm-up, outside the timed part
         step()
     start, cpu = time.perf_counter(), time.thread_time()
