@@ -10,6 +10,7 @@ use gpuspan_test_support as support;
 
 use gpuspan_cli::collect::Collector;
 use support::raw_http::post;
+use support::traces::read_spans;
 
 /// Two H100s, as `nvidia-smi --query-gpu` lists them.
 const TWO_GPUS: &str = "\
@@ -30,28 +31,16 @@ fn span_keys(runs: &std::path::Path) -> Vec<Vec<String>> {
     for run in std::fs::read_dir(runs).unwrap() {
         let run = run.unwrap().path();
         let files = [run.join("traces.jsonl"), run.join("rank-1/traces.jsonl")];
-        for file in files {
-            let Ok(text) = std::fs::read_to_string(file) else {
-                continue;
-            };
-            for line in text.lines() {
-                let request: serde_json::Value = serde_json::from_str(line).unwrap();
-                for rs in request["resourceSpans"].as_array().unwrap() {
-                    for ss in rs["scopeSpans"].as_array().unwrap() {
-                        for span in ss["spans"].as_array().unwrap() {
-                            let keys = span["attributes"]
-                                .as_array()
-                                .map(|a| {
-                                    a.iter()
-                                        .map(|kv| kv["key"].as_str().unwrap().to_owned())
-                                        .collect()
-                                })
-                                .unwrap_or_default();
-                            spans.push(keys);
-                        }
-                    }
-                }
-            }
+        for span in files.iter().flat_map(|file| read_spans(file)) {
+            let keys = span["attributes"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|kv| kv["key"].as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            spans.push(keys);
         }
     }
     spans

@@ -6,9 +6,6 @@
 //! first), for requests as SDKs send them and for hostile ones.
 #![cfg(feature = "__bench")]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{
@@ -18,50 +15,13 @@ use opentelemetry_proto::tonic::metrics::v1::{
     exemplar, metric, number_data_point, Exemplar, Gauge, Histogram, HistogramDataPoint, Metric,
     NumberDataPoint, ResourceMetrics, ScopeMetrics,
 };
-use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::{span, Span};
 
-/// Bytes allocated and not yet freed, and the most at once since the last reset.
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(bytes: usize) {
-    let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    PEAK.fetch_max(live, Ordering::Relaxed);
-}
-
-// SAFETY: every call is passed on to the system allocator unchanged; only counted.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        grew(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    // A vector that grows is counted by how much it grew: large blocks grow in place
-    // (glibc remaps them), and the copy of a small one lasts an instant.
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size >= layout.size() {
-            grew(new_size - layout.size());
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use gpuspan_test_support::counting_alloc::{peak_of, Counting};
+use gpuspan_test_support::otlp_requests::{empty_spans_request, kv, traces};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-/// The most bytes `decode` had allocated at once, beyond what was live before.
-fn peak_of(decode: impl FnOnce()) -> usize {
-    let before = LIVE.load(Ordering::Relaxed);
-    PEAK.store(before, Ordering::Relaxed);
-    decode();
-    PEAK.load(Ordering::Relaxed) - before
-}
 
 fn check(what: &str, json: bool, traces: bool, body: &[u8]) {
     let bound = gpuspan_cli::collect::__decoded_bound(json, traces, body)
@@ -91,14 +51,6 @@ fn check(what: &str, json: bool, traces: bool, body: &[u8]) {
     );
 }
 
-fn kv(key: &str, value: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
-}
-
 fn attributes(i: u64) -> Vec<KeyValue> {
     vec![
         kv("ml.step", any_value::Value::IntValue(i as i64)),
@@ -113,24 +65,13 @@ fn attributes(i: u64) -> Vec<KeyValue> {
 
 fn sdk_span(i: u64) -> Span {
     Span {
-        trace_id: vec![7; 16],
-        span_id: (i + 1).to_be_bytes().to_vec(),
-        parent_span_id: vec![9; 8],
-        name: "step".into(),
-        kind: 1,
-        start_time_unix_nano: 1_700_000_000_000_000_000 + i,
-        end_time_unix_nano: 1_700_000_000_000_100_000 + i,
         attributes: attributes(i),
         events: vec![span::Event {
             name: "checkpoint".into(),
             attributes: attributes(i),
             ..Default::default()
         }],
-        status: Some(Status {
-            message: "ok".into(),
-            code: 1,
-        }),
-        ..Default::default()
+        ..gpuspan_test_support::otlp_requests::sdk_span(i)
     }
 }
 
@@ -156,18 +97,6 @@ fn nested_span(depth: usize) -> Span {
             ..Default::default()
         }],
         ..Default::default()
-    }
-}
-
-fn traces(spans: Vec<Span>) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
     }
 }
 
@@ -245,14 +174,7 @@ fn the_bound_covers_the_peak_of_decoding_in_protobuf_and_json() {
     // Hostile: empty spans, and a deep chain of arrays over many values in JSON, which
     // serde copies once per level.
     let empty = 200_000;
-    let mut body = vec![0x0a];
-    let scope: Vec<u8> = [0x12u8, 0x00].repeat(empty);
-    let mut resource = vec![0x12];
-    prost::encoding::encode_varint(scope.len() as u64, &mut resource);
-    resource.extend(scope);
-    prost::encoding::encode_varint(resource.len() as u64, &mut body);
-    body.extend(resource);
-    check("empty spans", false, true, &body);
+    check("empty spans", false, true, &empty_spans_request(empty));
     let json = format!(
         "{{\"resourceSpans\":[{{\"scopeSpans\":[{{\"spans\":[{}{{}}]}}]}}]}}",
         "{},".repeat(empty - 1)

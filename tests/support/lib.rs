@@ -7,12 +7,14 @@
 use std::path::{Path, PathBuf};
 
 pub mod collector_process;
+pub mod counting_alloc;
 pub mod example;
 pub mod fake_nvml;
 pub mod go_stack;
 pub mod http;
 pub mod jaeger_api;
 pub mod mlflow;
+pub mod otlp_requests;
 pub mod pictures;
 pub mod prometheus_server;
 pub mod prometheus_text;

@@ -103,6 +103,32 @@ impl Mlflow {
     }
 }
 
+/// The epoch span of one MLflow trace and its step spans, checked as the `train` example
+/// sends them: one epoch, `steps` steps, each a child of the epoch, numbered `0..steps`.
+pub fn epoch_and_steps(spans: &[Value], steps: usize) -> (&Value, Vec<&Value>) {
+    let named =
+        |name: &str| -> Vec<&Value> { spans.iter().filter(|s| s["name"] == name).collect() };
+    let (epochs, step_spans) = (named("epoch"), named("step"));
+    assert_eq!(epochs.len(), 1, "one epoch span per trace: {spans:?}");
+    assert_eq!(
+        step_spans.len(),
+        steps,
+        "the epoch's steps are in its trace"
+    );
+    let epoch = epochs[0];
+    let mut step_indexes = Vec::new();
+    for step in &step_spans {
+        assert_eq!(
+            step["parent_span_id"], epoch["span_id"],
+            "a step's parent is its epoch"
+        );
+        step_indexes.push(int_attribute(step, "ml.step").unwrap());
+    }
+    step_indexes.sort();
+    assert_eq!(step_indexes, (0..steps as i64).collect::<Vec<_>>());
+    (epoch, step_spans)
+}
+
 /// An integer attribute as MLflow returns it: an OTLP `int_value` (a JSON number, or a
 /// decimal string as proto3 JSON writes 64-bit integers), or a JSON-encoded value in a
 /// `string_value` that must decode to a number. A string that holds the number is an error.

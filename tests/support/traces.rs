@@ -1,7 +1,7 @@
 //! Traces files written by hand, as gpuspan writes a run's `traces.jsonl` and the
 //! OpenTelemetry Collector's file exporter writes its output: one OTLP/JSON export request
 //! a line. For tests that read runs back (`gpuspan diff`, `gpuspan report`) with figures
-//! chosen to the byte.
+//! chosen to the byte; and the spans of such a file read back.
 
 use std::path::Path;
 
@@ -164,4 +164,21 @@ pub fn write_lines(path: &Path, lines: &[String]) {
     let mut text = lines.join("\n");
     text.push('\n');
     std::fs::write(path, text).unwrap();
+}
+
+/// The spans of an OTLP/JSON lines file, in file order; none when there is no such file.
+pub fn read_spans(path: &Path) -> Vec<Value> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut spans = Vec::new();
+    for line in text.lines() {
+        let request: Value = serde_json::from_str(line).unwrap();
+        for rs in request["resourceSpans"].as_array().unwrap() {
+            for ss in rs["scopeSpans"].as_array().unwrap() {
+                spans.extend(ss["spans"].as_array().unwrap().iter().cloned());
+            }
+        }
+    }
+    spans
 }

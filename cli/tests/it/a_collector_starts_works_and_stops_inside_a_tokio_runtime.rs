@@ -7,6 +7,7 @@ use gpuspan_test_support as support;
 use gpuspan_cli::collect::Collector;
 use support::fake_nvml::FakeNvml;
 use support::raw_http::post;
+use support::traces::read_spans;
 
 fn start(fake: &FakeNvml, runs: &std::path::Path) -> Collector {
     Collector::builder()
@@ -42,18 +43,8 @@ fn send_a_span(collector: &Collector, name: &str) {
 fn spans_written(runs: &std::path::Path) -> Vec<String> {
     let mut names = Vec::new();
     for run in std::fs::read_dir(runs).unwrap() {
-        let Ok(text) = std::fs::read_to_string(run.unwrap().path().join("traces.jsonl")) else {
-            continue;
-        };
-        for line in text.lines() {
-            let request: serde_json::Value = serde_json::from_str(line).unwrap();
-            for rs in request["resourceSpans"].as_array().unwrap() {
-                for ss in rs["scopeSpans"].as_array().unwrap() {
-                    for span in ss["spans"].as_array().unwrap() {
-                        names.push(span["name"].as_str().unwrap().to_owned());
-                    }
-                }
-            }
+        for span in read_spans(&run.unwrap().path().join("traces.jsonl")) {
+            names.push(span["name"].as_str().unwrap().to_owned());
         }
     }
     names

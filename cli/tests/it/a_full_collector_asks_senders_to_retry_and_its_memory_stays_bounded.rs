@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::trace::v1::{status, Span, Status};
 use support::fake_nvml::FakeNvml;
+use support::otlp_requests::{kv, sdk_span, service_traces};
 use support::raw_http::post;
 
 const MIB: u64 = 1 << 20;
@@ -23,25 +23,10 @@ const MIB: u64 = 1 << 20;
 /// runtime, the sampler and the buffers of the connections hold.
 const SLACK: u64 = 48 * MIB;
 
-fn kv(key: &str, value: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
-}
-
 /// A request of about `bytes` encoded bytes, of spans shaped as an OpenTelemetry SDK sends
 /// them (ids, a parent, a status and a handful of attributes).
 fn request_of(bytes: usize) -> ExportTraceServiceRequest {
     let span = |i: u64| Span {
-        trace_id: vec![7; 16],
-        span_id: (i + 1).to_be_bytes().to_vec(),
-        parent_span_id: vec![9; 8],
-        name: "step".into(),
-        kind: 1,
-        start_time_unix_nano: 1_700_000_000_000_000_000 + i,
-        end_time_unix_nano: 1_700_000_000_000_100_000 + i,
         attributes: vec![
             kv("ml.step", any_value::Value::IntValue(i as i64)),
             kv("ml.epoch", any_value::Value::IntValue(3)),
@@ -54,7 +39,7 @@ fn request_of(bytes: usize) -> ExportTraceServiceRequest {
             message: String::new(),
             code: status::StatusCode::Ok as i32,
         }),
-        ..Default::default()
+        ..sdk_span(i)
     };
     let (mut spans, mut size) = (Vec::new(), 64);
     while size < bytes {
@@ -62,22 +47,7 @@ fn request_of(bytes: usize) -> ExportTraceServiceRequest {
         size += prost::Message::encoded_len(&next) + 4;
         spans.push(next);
     }
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![kv(
-                    "service.name",
-                    any_value::Value::StringValue("train".into()),
-                )],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    service_traces("train", spans)
 }
 
 /// `VmHWM` (peak resident set) and `VmRSS` of `pid`, in bytes.

@@ -14,13 +14,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use flate2::write::GzEncoder;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use support::collector_process::{CollectorProcess, Memory, MIB};
 use support::fake_nvml::FakeNvml;
+use support::otlp_requests::{empty_spans_resource, field, kv, traces};
 use support::raw_http::{post, Reply};
 use tonic::codec::CompressionEncoding;
 
@@ -31,29 +30,11 @@ const SLACK: u64 = 48 * MIB;
 /// The largest body the collector takes by default.
 const LIMIT: usize = gpuspan_cli::collect::DEFAULT_MAX_REQUEST_BYTES;
 
-fn varint(mut value: usize, out: &mut Vec<u8>) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-/// Field `tag` of a message, length-delimited.
-fn field(tag: u8, content: &[u8]) -> Vec<u8> {
-    let mut out = vec![(tag << 3) | 2];
-    varint(content.len(), &mut out);
-    out.extend_from_slice(content);
-    out
-}
-
 /// One `ResourceSpans` (field 1 of the request) holding one `ScopeSpans` (its field 2) of
 /// empty spans (field 2 of `ScopeSpans`, `0x12 0x00` each), the whole request at most
 /// `bytes`. The same bytes read as metrics are empty `Metric`s, in the same nesting.
 fn empty_spans(bytes: usize) -> (Vec<u8>, Vec<u8>) {
-    let spans = (bytes - 16) / 2;
-    let scope = [0x12u8, 0x00].repeat(spans);
-    let resource = field(2, &scope);
+    let resource = empty_spans_resource((bytes - 16) / 2);
     let request = field(1, &resource);
     assert!(request.len() <= bytes);
     (request, resource)
@@ -314,26 +295,11 @@ fn normal_request() -> Vec<u8> {
             name: "step".into(),
             start_time_unix_nano: now - 2_000_000,
             end_time_unix_nano: now - 1_000_000,
-            attributes: vec![KeyValue {
-                key: "ml.step".into(),
-                value: Some(AnyValue {
-                    value: Some(any_value::Value::IntValue(i as i64)),
-                }),
-                ..Default::default()
-            }],
+            attributes: vec![kv("ml.step", any_value::Value::IntValue(i as i64))],
             ..Default::default()
         })
         .collect();
-    let request = ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
-    prost::Message::encode_to_vec(&request)
+    prost::Message::encode_to_vec(&traces(spans))
 }
 
 #[test]

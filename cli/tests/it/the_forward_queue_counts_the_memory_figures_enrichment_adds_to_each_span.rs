@@ -9,12 +9,11 @@ use gpuspan_test_support as support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::trace::v1::{status, Span, Status};
 use support::collector_process::{CollectorProcess, MIB};
 use support::fake_nvml::FakeNvml;
+use support::otlp_requests::{kv, service_traces};
 use support::raw_http::post;
 
 /// The queue's bound for this test: small, so that it fills quickly.
@@ -29,14 +28,6 @@ const SENDERS: usize = 4;
 /// What the runtime, the sampler, the connections' buffers and the allocator's free lists
 /// may add to the resident size besides the requests.
 const SLACK: u64 = 48 * MIB;
-
-fn kv(key: &str, value: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
-}
 
 /// `SPANS` spans as an OpenTelemetry SDK sends them, each ending a millisecond ago.
 fn request_now(sender: usize, sequence: u64) -> Vec<u8> {
@@ -66,22 +57,7 @@ fn request_now(sender: usize, sequence: u64) -> Vec<u8> {
             ..Default::default()
         })
         .collect();
-    let request = ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![kv(
-                    "service.name",
-                    any_value::Value::StringValue("train".into()),
-                )],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
+    let request = service_traces("train", spans);
     prost::Message::encode_to_vec(&request)
 }
 
