@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::file::{write_job, write_job_through};
+use super::file::{write_job, write_job_through, Job};
 use super::queue::{Writer, CAPACITY};
 use super::*;
 use crate::diagnose::peers::{Alarm, Board};
+use crate::names::attribute as attr;
 
 const DEVICES: usize = 8;
 const TOTAL: u64 = 80 << 30;

@@ -14,8 +14,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,18 +23,20 @@ use opentelemetry::KeyValue;
 #[cfg(test)]
 mod behind_a_slow_writer;
 mod file;
+mod finding;
+mod oom;
 mod queue;
 mod ring;
 
-use file::Job;
-use queue::{write_batches, write_now, Batch, Queue, Writer};
-use ring::{rise_start, Ring, Snapshot};
+use finding::fullness;
+pub use oom::record_oom;
+use queue::{write_batches, Batch, Queue, Writer};
+use ring::Ring;
 
 use super::counts::Counts;
-use super::open_spans::{OpenSpan, OpenSpans};
-use super::peers::{Alarm, Board};
-use crate::figures::{device_attributes, int};
-use crate::names::{attribute as attr, event};
+use super::open_spans::OpenSpans;
+use super::peers::Board;
+use crate::names::event;
 use crate::record::GpuId;
 use crate::timeline::{Tick, TickObserver};
 use crate::util::sync::lock;
@@ -73,9 +74,6 @@ pub(crate) struct Recorder {
     /// The job's alarm board, where a finding tells the other ranks (a job of several).
     board: Option<Board>,
 }
-
-/// Recorders of the running telemetries, for [`record_oom`] and the panic hook.
-static RECORDERS: Mutex<Vec<Weak<Recorder>>> = Mutex::new(Vec::new());
 
 impl Recorder {
     /// Starts the file-writing thread and registers the recorder for [`record_oom`].
@@ -129,10 +127,7 @@ impl Recorder {
             written: AtomicU64::new(0),
             board,
         });
-        let mut recorders = lock(&RECORDERS);
-        recorders.retain(|r| r.strong_count() > 0);
-        recorders.push(Arc::downgrade(&recorder));
-        install_panic_hook();
+        oom::register(&recorder);
         Ok(recorder)
     }
 
@@ -234,163 +229,6 @@ impl Recorder {
         pending.push(event);
     }
 
-    /// The program ran out of memory: record it on the fullest device and wait (up to a
-    /// few seconds) until the file is on disk, since the process may be about to die.
-    fn record_oom(&self, message: &str) {
-        // Tried, not waited for: the panic hook may run on a thread that holds the ring.
-        let mut ring = None;
-        for _ in 0..100 {
-            match self.ring.try_lock() {
-                Ok(guard) => ring = Some(guard),
-                Err(std::sync::TryLockError::Poisoned(p)) => ring = Some(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
-                }
-            }
-            break;
-        }
-        let Some(ring) = ring else {
-            return;
-        };
-        let snapshot = Arc::new(ring.snapshot());
-        drop(ring);
-        let now = crate::util::time::unix_nanos(SystemTime::now());
-        let device = (0..snapshot.devices())
-            .filter_map(|i| Some((i, fullness(&snapshot, i)?)))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map_or(0, |(i, _)| i);
-        let open = self.open_spans.open();
-        let finding = self.finding(&snapshot, event::OOM, device, now, Some(message), &open);
-        let alarm = self.alarm(&snapshot, event::OOM, device, now, &open);
-        let (done, finished) = mpsc::sync_channel(1);
-        write_now(
-            &self.writer,
-            Batch {
-                alarm,
-                files: vec![finding.job],
-                done: Some(done),
-            },
-        );
-        // Waited for with the ring unlocked: the sampler keeps sampling meanwhile. The
-        // event names the file only once it is there whole.
-        let written = finished.recv_timeout(OOM_WAIT).unwrap_or(false);
-        let timeline = written.then_some(finding.name);
-        self.report(event::OOM, now, finding.attributes, timeline);
-    }
-
-    /// One device's finding: its event's attributes (all but the file's name), the file's
-    /// name, and what the file says.
-    fn finding(
-        &self,
-        ring: &Arc<Snapshot>,
-        event: &'static str,
-        device: usize,
-        unix_nanos: u64,
-        message: Option<&str>,
-        open: &[OpenSpan],
-    ) -> Finding {
-        let used = ring.last_used(device);
-        let limit = ring.total(device);
-        let rise = rise_start(ring, device);
-        let rise_span = rise.and_then(|(at, _)| self.open_spans.innermost_at(at));
-        let name = self.file_name(unix_nanos);
-
-        let mut attributes: Vec<KeyValue> = device_attributes(self.device_id(device)).collect();
-        attributes.extend(used.map(|u| KeyValue::new(attr::GPU_MEMORY_USED, int(u))));
-        attributes.extend(limit.map(|l| KeyValue::new(attr::GPU_MEMORY_LIMIT, int(l))));
-        if let Some((_, from)) = rise {
-            attributes.push(KeyValue::new(attr::GPU_MEMORY_RISE_FROM, int(from)));
-        }
-        if let Some(span) = &rise_span {
-            attributes.push(KeyValue::new(attr::GPU_MEMORY_RISE_SPAN, span.label()));
-        }
-        if let Some(message) = message {
-            attributes.push(KeyValue::new(attr::EXCEPTION_MESSAGE, message.to_owned()));
-        }
-        let what = match (message, used, limit) {
-            (Some(message), _, _) => format!("out of memory ({message})"),
-            (None, Some(used), Some(limit)) => format!(
-                "gpu {} at {:.0}% of its memory ({} of {})",
-                self.device_id(device),
-                used as f64 / limit.max(1) as f64 * 100.0,
-                crate::util::bytes::human(int(used)),
-                crate::util::bytes::human(int(limit))
-            ),
-            _ => "near out of memory".to_owned(),
-        };
-        let path = self.run_dir.join(&name);
-        let ids = (0..ring.devices().max(device + 1))
-            .map(|i| self.device_id(i))
-            .collect();
-        let job = Job {
-            warning: format!("gpuspan: warning: {what}; timeline in {}", path.display()),
-            path,
-            event,
-            unix_nanos,
-            message: message.map(str::to_owned),
-            threshold: self.threshold,
-            device,
-            ids,
-            used,
-            limit,
-            rise,
-            rise_span: rise_span.as_ref().map(OpenSpan::label),
-            open: open.to_vec(),
-            ring: Arc::clone(ring),
-        };
-        Finding {
-            attributes,
-            name,
-            job,
-        }
-    }
-
-    /// What the job's other ranks are told of a finding on `device` (a job of several).
-    fn alarm(
-        &self,
-        ring: &Snapshot,
-        event: &'static str,
-        device: usize,
-        unix_nanos: u64,
-        open: &[OpenSpan],
-    ) -> Option<Alarm> {
-        self.board.as_ref().map(|board| Alarm {
-            rank: board.rank(),
-            host: board.host(),
-            event: event.to_owned(),
-            time_unix_nano: unix_nanos,
-            gpu: self.device_id(device),
-            epoch: innermost_index(open, attr::ML_EPOCH),
-            step: innermost_index(open, attr::ML_STEP),
-            peak: ring.peak(device),
-            limit: ring.total(device),
-        })
-    }
-
-    /// Counts a finding and leaves its event for the span open at its time; `timeline`
-    /// names its file, when it gets one.
-    fn report(
-        &self,
-        event: &'static str,
-        unix_nanos: u64,
-        mut attributes: Vec<KeyValue>,
-        timeline: Option<String>,
-    ) {
-        if let Some(name) = timeline {
-            attributes.push(KeyValue::new(attr::GPU_MEMORY_TIMELINE, name));
-        }
-        let counter = self.counts.slot(event, &attributes);
-        self.wait_for_span(PendingEvent {
-            name: event,
-            unix_nanos,
-            attributes,
-        });
-        if let Some(counter) = counter {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     /// `near-oom-YYYYMMDD-HHMMSS.mmm.json` (UTC), with a counter past the first.
     fn file_name(&self, unix_nanos: u64) -> String {
         let (date, time) = crate::util::time::utc_date_time(unix_nanos / 1_000_000_000);
@@ -429,29 +267,6 @@ impl Drop for Recorder {
     }
 }
 
-/// How long `record_oom` waits for its file: the process may be about to die, but a file
-/// system that hangs must not hang it.
-const OOM_WAIT: Duration = Duration::from_secs(5);
-
-/// One device's finding, before it is reported.
-struct Finding {
-    attributes: Vec<KeyValue>,
-    name: String,
-    job: Job,
-}
-
-/// How full `device` was at the ring's last reading, as a fraction of its total.
-fn fullness(ring: &Snapshot, device: usize) -> Option<f64> {
-    Some(ring.last_used(device)? as f64 / ring.total(device)?.max(1) as f64)
-}
-
-/// The index (`ml.epoch` or `ml.step`) of the innermost open span that has one.
-fn innermost_index(open: &[OpenSpan], key: &str) -> Option<i64> {
-    open.iter()
-        .rev()
-        .find_map(|s| s.index.filter(|(k, _)| *k == key).map(|(_, i)| i))
-}
-
 /// Keeps the ring on the sampler thread.
 pub(crate) struct RingObserver(pub(crate) Arc<Recorder>);
 
@@ -461,55 +276,6 @@ impl TickObserver for RingObserver {
     }
 }
 
-/// Records an out-of-memory error the program caught: the event `gpu.memory.oom` goes on
-/// the innermost open span (with the device, its memory in use and its total), and the
-/// last seconds of samples with every open span go to `near-oom-<time>.json` in the run
-/// directory. Returns once that file is written (or after 5 s), so a program may exit
-/// right after. It records in the [`Telemetry`](crate::Telemetry) of the current
-/// subscriber, else in every running one; without any it does nothing.
-///
-/// A panic whose message says "out of memory" (as CUDA's and the frameworks' errors do)
-/// is recorded the same way, before the panic unwinds.
-pub fn record_oom(message: &str) {
-    let current = tracing::dispatcher::get_default(|dispatch| {
-        dispatch
-            .downcast_ref::<super::OpenSpanLayer>()
-            .and_then(|layer| layer.recorder.upgrade())
-    });
-    let recorders: Vec<Arc<Recorder>> = match current {
-        Some(recorder) => vec![recorder],
-        None => lock(&RECORDERS).iter().filter_map(Weak::upgrade).collect(),
-    };
-    for recorder in recorders {
-        recorder.record_oom(message);
-    }
-}
-
-/// Whether a panic message reads as an out-of-memory error.
-fn is_oom_message(message: &str) -> bool {
-    let message = message.to_ascii_lowercase();
-    message.contains("out of memory") || message.contains("out_of_memory")
-}
-
-/// Chains a hook that records OOM panics in front of the program's own hook, once.
-fn install_panic_hook() {
-    static INSTALLED: OnceLock<()> = OnceLock::new();
-    INSTALLED.get_or_init(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let payload = info.payload();
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned());
-            if let Some(message) = message.filter(|m| is_oom_message(m)) {
-                record_oom(&message);
-            }
-            previous(info);
-        }));
-    });
-}
-
 /// `SystemTime` of a UNIX-nanosecond instant.
 pub(crate) fn system_time(unix_nanos: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(unix_nanos)
@@ -517,44 +283,10 @@ pub(crate) fn system_time(unix_nanos: u64) -> SystemTime {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::mpsc;
+
+    use super::file::{self, Job};
     use super::*;
-
-    fn ring_of(values: &[u64]) -> Ring {
-        let mut ring = Ring::new(5_000);
-        for (i, &v) in values.iter().enumerate() {
-            let used = [Some(v)];
-            let totals = [Some(100)];
-            ring.push(&Tick {
-                totals: &totals,
-                ..Tick::of_devices(1000 * (i as u64 + 1), &used)
-            });
-        }
-        ring
-    }
-
-    #[test]
-    fn the_ring_keeps_only_its_window() {
-        let ring = ring_of(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
-        let times: Vec<u64> = ring.times.iter().copied().collect();
-        assert_eq!(times, [5000, 6000, 7000, 8000, 9000, 10000]);
-    }
-
-    #[test]
-    fn the_rise_starts_where_the_device_last_stood_low() {
-        let ring = ring_of(&[40, 30, 31, 30, 50, 70, 96]);
-        // Window 5 µs: 30, 31, 30, 50, 70, 96 are kept; lowest 30, mark 36: the rise
-        // starts with the 50 read after the last 30.
-        assert_eq!(rise_start(&ring.snapshot(), 0), Some((5000, 30)));
-    }
-
-    #[test]
-    fn out_of_memory_panics_are_recognised() {
-        assert!(is_oom_message(
-            "CUDA out of memory. Tried to allocate 2.00 GiB"
-        ));
-        assert!(is_oom_message("DriverError(CUDA_ERROR_OUT_OF_MEMORY)"));
-        assert!(!is_oom_message("index out of bounds"));
-    }
 
     #[test]
     fn stopping_waits_at_most_its_bound_for_a_writer_stuck_in_the_file_system() {

@@ -145,3 +145,37 @@ pub(super) fn rise_start(ring: &Snapshot, device: usize) -> Option<(u64, u64)> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::Tick;
+
+    fn ring_of(values: &[u64]) -> Ring {
+        let mut ring = Ring::new(5_000);
+        for (i, &v) in values.iter().enumerate() {
+            let used = [Some(v)];
+            let totals = [Some(100)];
+            ring.push(&Tick {
+                totals: &totals,
+                ..Tick::of_devices(1000 * (i as u64 + 1), &used)
+            });
+        }
+        ring
+    }
+
+    #[test]
+    fn the_ring_keeps_only_its_window() {
+        let ring = ring_of(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        let times: Vec<u64> = ring.times.iter().copied().collect();
+        assert_eq!(times, [5000, 6000, 7000, 8000, 9000, 10000]);
+    }
+
+    #[test]
+    fn the_rise_starts_where_the_device_last_stood_low() {
+        let ring = ring_of(&[40, 30, 31, 30, 50, 70, 96]);
+        // Window 5 µs: 30, 31, 30, 50, 70, 96 are kept; lowest 30, mark 36: the rise
+        // starts with the 50 read after the last 30.
+        assert_eq!(rise_start(&ring.snapshot(), 0), Some((5000, 30)));
+    }
+}

@@ -7,7 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::{clip, SmiParseError, FIELDS};
+use super::parse::{clip, SmiParseError};
+use super::FIELDS;
 
 /// The most output kept from one run; nvidia-smi prints about 100 bytes per device.
 const OUTPUT_LIMIT: u64 = 1 << 20;
