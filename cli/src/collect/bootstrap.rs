@@ -5,9 +5,10 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-/// The bootstrap's one file. It is the Python package's code (it hands over to
-/// `gpuspan._autorun`), kept beside the package and outside it, so the wheel does not ship it.
-const SITECUSTOMIZE: &str = include_str!("../../../python/bootstrap/sitecustomize.py");
+/// The bootstrap's one file. It hands over to the Python package (`gpuspan._autorun`) but
+/// is kept outside it, so the wheel does not ship it, and inside this crate, so the
+/// published crate builds from its own files.
+const SITECUSTOMIZE: &str = include_str!("sitecustomize.py");
 
 /// A directory holding the bootstrap, removed when dropped.
 #[derive(Debug)]
