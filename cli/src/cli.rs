@@ -67,6 +67,8 @@ where
             max_queue_bytes,
             max_concurrent_requests,
             max_connections,
+            tls_cert,
+            tls_key,
         } => collect::collect(
             grpc.0,
             http.0,
@@ -76,6 +78,7 @@ where
                 max_concurrent_requests,
                 max_connections,
             },
+            tls_cert.zip(tls_key),
         ),
         Command::Run { protocol, command } => {
             return match crate::collect::run(&command, protocol) {

@@ -70,9 +70,12 @@ pub struct CodeSettings {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) compression: Option<Compression>,
-    pub(crate) certificate: Option<PathBuf>,
-    pub(crate) client_certificate: Option<PathBuf>,
-    pub(crate) client_key: Option<PathBuf>,
+    /// The CA an `https://` endpoint's certificate is checked against (PEM file).
+    pub certificate: Option<PathBuf>,
+    /// This client's certificate, for mutual TLS (PEM file).
+    pub client_certificate: Option<PathBuf>,
+    /// This client's private key, for mutual TLS (PEM file).
+    pub client_key: Option<PathBuf>,
     pub(crate) insecure: Option<bool>,
     pub(crate) traces_exporter: Option<Exporter>,
     pub(crate) metrics_exporter: Option<Exporter>,

@@ -88,6 +88,13 @@ pub(super) enum Command {
         /// Each holds at most 512 KiB before a request of it is read.
         #[arg(long, default_value_t = crate::collect::DEFAULT_MAX_CONNECTIONS)]
         max_connections: usize,
+        /// Serve both receivers over TLS with this certificate chain (PEM, the server's
+        /// certificate first); with --tls-key.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// The private key (PEM) of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
     },
     /// Runs a command with a collector on a free local port: its OpenTelemetry spans get GPU
     /// memory, and a `run` span covers the command. Returns the command's exit code.

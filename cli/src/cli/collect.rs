@@ -15,6 +15,7 @@ pub(super) fn collect(
     grpc: Option<std::net::SocketAddr>,
     http: Option<std::net::SocketAddr>,
     limits: Limits,
+    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 ) -> Result<(), CommandError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals =
@@ -26,6 +27,7 @@ pub(super) fn collect(
         .max_queue_bytes(limits.max_queue_bytes)
         .max_concurrent_requests(limits.max_concurrent_requests)
         .max_connections(limits.max_connections)
+        .tls(tls)
         .start()?;
     let listening: Vec<String> = [
         ("gRPC", collector.grpc_addr()),

@@ -22,6 +22,8 @@ pub struct CollectorBuilder {
     pub(super) max_connections: usize,
     pub(super) service_name: String,
     pub(super) code: CodeSettings,
+    /// The receivers' certificate chain and key (PEM files), to serve TLS.
+    pub(super) tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for CollectorBuilder {
@@ -35,6 +37,7 @@ impl Default for CollectorBuilder {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             service_name: "gpuspan-collect".into(),
             code: CodeSettings::default(),
+            tls: None,
         }
     }
 }
@@ -81,6 +84,20 @@ impl CollectorBuilder {
     /// [`CONNECTION_BYTES`](super::CONNECTION_BYTES) before a request of it is read.
     pub fn max_connections(mut self, connections: usize) -> Self {
         self.max_connections = connections.max(1);
+        self
+    }
+
+    /// Serves both receivers over TLS with this certificate chain and key (PEM files);
+    /// `None`: plain text.
+    pub fn tls(mut self, cert_and_key: Option<(PathBuf, PathBuf)>) -> Self {
+        self.tls = cert_and_key;
+        self
+    }
+
+    /// The CA a forward target's `https://` certificate is checked against (else
+    /// `OTEL_EXPORTER_OTLP_CERTIFICATE`, else the system's roots).
+    pub fn certificate(mut self, path: impl Into<PathBuf>) -> Self {
+        self.code.certificate = Some(path.into());
         self
     }
 

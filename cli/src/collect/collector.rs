@@ -146,6 +146,10 @@ impl Collector {
         );
         let router = server::router(intake);
         let connections = server::connection_limit(options.max_connections);
+        let tls = match &options.tls {
+            Some((cert, key)) => Some(super::tls::server_config(cert, key)?),
+            None => None,
+        };
         let mut servers = Vec::new();
         let mut bound = [None, None];
         for (slot, addr) in [options.grpc, options.http].into_iter().enumerate() {
@@ -159,6 +163,7 @@ impl Collector {
                     addr,
                     router.clone(),
                     Arc::clone(&connections),
+                    tls.clone(),
                     signal,
                 ))
                 .map_err(|source| CollectError::Bind { addr, source })?;

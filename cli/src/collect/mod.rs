@@ -46,6 +46,7 @@ mod store;
 #[cfg(test)]
 mod testing;
 mod timeline;
+mod tls;
 mod tree;
 
 use std::net::SocketAddr;
@@ -102,6 +103,16 @@ pub enum CollectError {
         /// The I/O error.
         #[source]
         source: std::io::Error,
+    },
+    /// The receivers' certificate or key cannot be served.
+    #[error("{flag} {path:?}: {problem}; give the server's certificate chain and its key in PEM")]
+    Tls {
+        /// `--tls-cert` or `--tls-key`.
+        flag: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        problem: String,
     },
     /// A forward target could not be set up.
     #[error("cannot forward {signal}: {reason}")]

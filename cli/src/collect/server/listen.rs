@@ -38,11 +38,13 @@ pub(crate) async fn serve(
     addr: SocketAddr,
     router: Router,
     connections: Arc<Semaphore>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let task = tokio::spawn(accept(listener, router, connections, stop));
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
+    let task = tokio::spawn(accept(listener, router, connections, tls, stop));
     Ok((local, task))
 }
 
@@ -66,11 +68,13 @@ fn connection_builder() -> Builder<TokioExecutor> {
 }
 
 /// Accepts connections while fewer than the limit are open, until `stop`; then lets the
-/// open ones finish.
+/// open ones finish. With `tls`, each connection's handshake runs on its own task, bounded
+/// by the time a request's head may take, so a slow client holds only its connection.
 async fn accept(
     listener: tokio::net::TcpListener,
     router: Router,
     connections: Arc<Semaphore>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let builder = connection_builder();
@@ -95,6 +99,22 @@ async fn accept(
             }
         };
         let service = TowerToHyperService::new(router.clone());
+        if let Some(acceptor) = &tls {
+            let acceptor = acceptor.clone();
+            let builder = builder.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let handshake = tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(stream));
+                if let Ok(Ok(stream)) = handshake.await {
+                    let served = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned();
+                    let _ = watcher.watch(served).await;
+                }
+                drop(connection);
+            });
+            continue;
+        }
         let served = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
