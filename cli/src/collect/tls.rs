@@ -34,8 +34,13 @@ pub(crate) fn server_config(
             "the file holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
         ));
     }
-    let key_der = PrivateKeyDer::from_pem_slice(&read("--tls-key", key)?)
-        .map_err(|e| bad("--tls-key", key, format!("the file holds no PEM private key ({e})")))?;
+    let key_der = PrivateKeyDer::from_pem_slice(&read("--tls-key", key)?).map_err(|e| {
+        bad(
+            "--tls-key",
+            key,
+            format!("the file holds no PEM private key ({e})"),
+        )
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

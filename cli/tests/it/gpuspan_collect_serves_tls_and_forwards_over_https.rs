@@ -54,7 +54,9 @@ fn step_through_a_tls_collector(sent_as: gpuspan::Protocol) {
         let _step = gpuspan::step_span!(0);
         std::thread::sleep(Duration::from_millis(20));
     });
-    telemetry.shutdown().expect("the collector took the span over TLS");
+    telemetry
+        .shutdown()
+        .expect("the collector took the span over TLS");
     let stats = collector.shutdown(Duration::from_secs(5));
 
     let spans = backend.wait_for_spans(|s| !s.is_empty(), Duration::from_secs(5));
