@@ -109,8 +109,8 @@ pub(crate) fn register_gauges(meter: &Meter, shared: &Arc<Shared>) {
                 .with_description("Energy the GPU drew since gpuspan started reading it")
                 .with_callback(move |observer| {
                     for (i, attributes) in d.iter().enumerate() {
-                        if let Some(mj) = s.device_energy(i) {
-                            observer.observe(mj as f64 / 1000.0, attributes);
+                        if let Some(uj) = s.device_energy(i) {
+                            observer.observe(uj as f64 / 1e6, attributes);
                         }
                     }
                 })

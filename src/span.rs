@@ -241,7 +241,7 @@ fn energy(shared: &Shared, watermark: &Watermark, base: usize) -> SpanEnergy {
     let devices = shared.devices().len();
     SpanEnergy {
         read: true,
-        counted_mj: counted(slot::ENERGY),
+        counted_uj: counted(slot::ENERGY),
         reset,
         power_sum_mw: moved(slot::POWER_SUM),
         power_reads: moved(slot::POWER_READS).unwrap_or(0),
@@ -251,7 +251,7 @@ fn energy(shared: &Shared, watermark: &Watermark, base: usize) -> SpanEnergy {
         lowest_sm_mhz: crate::sampler::power::lowest_clock(
             watermark.peak(low).max(shared.reading(low)),
         ),
-        devices_mj: if devices > 1 {
+        devices_uj: if devices > 1 {
             (0..devices)
                 .map(|i| counted(slot::DEVICE_ENERGY0 + i))
                 .collect()

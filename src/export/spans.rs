@@ -151,8 +151,8 @@ impl Accept for SpanIntake {
                     record.error = Some(error.clone());
                 }
             }
-            if figures.energy.devices_mj.capacity() > 0 {
-                let devices = std::mem::take(&mut figures.energy.devices_mj);
+            if figures.energy.devices_uj.capacity() > 0 {
+                let devices = std::mem::take(&mut figures.energy.devices_uj);
                 self.returned.push(Returned::DeviceEnergy(devices));
             }
             if figures.devices.capacity() > 0 {

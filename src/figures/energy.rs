@@ -14,9 +14,9 @@ use crate::names::attribute as attr;
 pub struct SpanEnergy {
     /// Whether the source reads energy, power or clocks at all.
     pub read: bool,
-    /// The energy counters' increase, summed over the devices in scope, in mJ; `None` when
+    /// The energy counters' increase, summed over the devices in scope, in µJ; `None` when
     /// a counter went back (a driver reload) while the span was open, or none was read.
-    pub counted_mj: Option<u64>,
+    pub counted_uj: Option<u64>,
     /// A counter went back or stopped answering while the span was open: no energy figure.
     pub reset: bool,
     /// The power readings taken while the span was open: their sum, in mW.
@@ -31,8 +31,8 @@ pub struct SpanEnergy {
     pub reasons: u32,
     /// The lowest SM clock read, in MHz.
     pub lowest_sm_mhz: Option<u64>,
-    /// Per device, only with more than one device in scope: its counter's increase, in mJ.
-    pub devices_mj: Vec<Option<u64>>,
+    /// Per device, only with more than one device in scope: its counter's increase, in µJ.
+    pub devices_uj: Vec<Option<u64>>,
 }
 
 /// The clock event reasons that hold the clocks down, as `gpu.throttle.reasons` names them,
@@ -77,8 +77,8 @@ impl SpanEnergy {
             return None;
         }
         let period = context.counter_period.unwrap_or(ASSUMED_PERIOD);
-        if let Some(mj) = self.counted_mj.filter(|_| context.duration >= period) {
-            return Some((mj as f64 / 1000.0, false));
+        if let Some(uj) = self.counted_uj.filter(|_| context.duration >= period) {
+            return Some((uj as f64 / 1e6, false));
         }
         // The readings' mean while the span was open, else the one current as it closed.
         let mean_mw = match (self.power_sum_mw, self.power_reads) {
@@ -145,9 +145,9 @@ impl SpanEnergy {
             }
             // Per device only when the sum came from the counters too.
             if !estimated {
-                for (key, mj) in context.device_keys.iter().zip(&self.devices_mj) {
-                    if let Some(mj) = mj {
-                        out.push(KeyValue::new(key.clone(), *mj as f64 / 1000.0));
+                for (key, uj) in context.device_keys.iter().zip(&self.devices_uj) {
+                    if let Some(uj) = uj {
+                        out.push(KeyValue::new(key.clone(), *uj as f64 / 1e6));
                     }
                 }
             }
@@ -173,7 +173,7 @@ mod tests {
     fn energy() -> SpanEnergy {
         SpanEnergy {
             read: true,
-            counted_mj: Some(60_000),
+            counted_uj: Some(60_000_000),
             power_sum_mw: Some(900_000),
             power_reads: 3,
             power_now_mw: Some(300_000),
@@ -209,7 +209,7 @@ mod tests {
     fn a_counter_that_went_back_gives_no_figure() {
         let mut reset = energy();
         reset.reset = true;
-        reset.counted_mj = None;
+        reset.counted_uj = None;
         assert_eq!(reset.joules(&context(Duration::from_secs(1))), None);
         let mut out = Vec::new();
         reset.write(&context(Duration::from_secs(1)), &mut out);

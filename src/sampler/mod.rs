@@ -40,7 +40,7 @@ pub(crate) mod figure {
     ///
     /// [`Shared::power_base`]: super::Shared::power_base
     pub(crate) mod power {
-        /// The energy counters' increase, summed over the devices, in mJ.
+        /// The energy counters' increase, summed over the devices, in µJ.
         pub(crate) const ENERGY: usize = 0;
         /// How often a counter went back or stopped answering.
         pub(crate) const RESETS: usize = 1;
@@ -55,7 +55,7 @@ pub(crate) mod figure {
         pub(crate) const REASON0: usize = 6;
         /// The lowest SM clock, upside down (`power::lowest_clock`).
         pub(crate) const SM_CLOCK_LOW: usize = REASON0 + super::super::power::REASONS.len();
-        /// Each device's counter increase, in mJ.
+        /// Each device's counter increase, in µJ.
         pub(crate) const DEVICE_ENERGY0: usize = SM_CLOCK_LOW + 1;
     }
 }

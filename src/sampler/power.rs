@@ -29,7 +29,11 @@ pub(super) struct Power {
     readings: Vec<PowerReading>,
     /// Per device, the counter's last value.
     counters: Vec<Option<u64>>,
-    /// Per device, the counter's increase since the sampler started, in mJ.
+    /// A device gave power but no counter in the latest read (an AMD GPU's hwmon has
+    /// `power1_average` only): the counters' sum leaves it out, so spans take their
+    /// figure from the summed power instead.
+    power_only: bool,
+    /// Per device, the counter's increase since the sampler started, in µJ.
     device_energy: Vec<u64>,
     energy: u64,
     resets: u64,
@@ -52,7 +56,7 @@ impl Power {
         let mut readings = vec![PowerReading::default(); n];
         source.read_power(&mut readings);
         let any = readings.iter().any(|r| {
-            r.energy_mj.is_some()
+            r.energy_uj.is_some()
                 || r.power_mw.is_some()
                 || r.clock_reasons.is_some()
                 || r.sm_clock_mhz.is_some()
@@ -62,6 +66,7 @@ impl Power {
             last_read: None,
             readings,
             counters: vec![None; n],
+            power_only: false,
             device_energy: vec![0; n],
             energy: 0,
             resets: 0,
@@ -111,8 +116,10 @@ impl Power {
         let mut power: Option<u64> = None;
         let mut reasons = 0u64;
         let mut lowest_clock: Option<u64> = None;
+        self.power_only = false;
         for (i, reading) in self.readings.iter().enumerate() {
-            match (self.counters[i], reading.energy_mj) {
+            self.power_only |= reading.power_mw.is_some() && reading.energy_uj.is_none();
+            match (self.counters[i], reading.energy_uj) {
                 (Some(last), Some(now)) if now >= last => {
                     self.device_energy[i] += now - last;
                     self.energy += now - last;
@@ -122,7 +129,7 @@ impl Power {
                 (Some(_), _) => self.resets += 1,
                 (None, _) => {}
             }
-            self.counters[i] = reading.energy_mj;
+            self.counters[i] = reading.energy_uj;
             if let Some(mw) = reading.power_mw {
                 power = Some(power.unwrap_or(0) + mw);
             }
@@ -159,7 +166,7 @@ impl Power {
 
     /// The totals, in `figure::power`'s order.
     fn publish(&self, out: &mut [Reading]) {
-        let counted = self.counters.iter().any(Option::is_some);
+        let counted = self.counters.iter().any(Option::is_some) && !self.power_only;
         let read = self.power_reads > 0;
         out[slot::ENERGY] = counted.then_some(self.energy).into();
         out[slot::RESETS] = Reading::some(self.resets);

@@ -198,7 +198,7 @@ impl Shared {
         self.energy_scope
     }
 
-    /// The energy device `i` drew since the sampler started, in mJ, when its counter is
+    /// The energy device `i` drew since the sampler started, in µJ, when its counter is
     /// read.
     pub(crate) fn device_energy(&self, device: usize) -> Option<u64> {
         let base = self.power_base?;

@@ -59,7 +59,11 @@ impl MemorySource for Combined {
     }
 
     fn energy_scope(&self) -> Option<&'static str> {
-        self.first.energy_scope().or(self.second.energy_scope())
+        // An APU's socket figure holds more than a MIG instance's GPU figure: say the wider.
+        match (self.first.energy_scope(), self.second.energy_scope()) {
+            (Some("socket"), _) | (_, Some("socket")) => Some("socket"),
+            (first, second) => first.or(second),
+        }
     }
 
     fn min_interval(&self) -> Option<Duration> {

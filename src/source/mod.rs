@@ -71,9 +71,10 @@ pub struct DeviceReading {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PowerReading {
-    /// The device's energy counter, in millijoules since the driver loaded (NVML's total
-    /// energy). It goes back only when the driver reloads.
-    pub energy_mj: Option<u64>,
+    /// The device's energy counter, in microjoules since the driver loaded (NVML's total
+    /// energy, counted in millijoules; hwmon's `energy1_input`). It goes back only when
+    /// the driver reloads.
+    pub energy_uj: Option<u64>,
     /// The power drawn now, in milliwatts.
     pub power_mw: Option<u64>,
     /// Why the clocks are held down now: NVML's clock event reason bits
@@ -121,7 +122,8 @@ pub trait MemorySource: Send + 'static {
 
     /// What the energy figures cover when it is more than the devices themselves: `gpu`
     /// when a device is a MIG instance (the counter is the whole GPU's), `socket` for an
-    /// APU whose figure includes the CPU. `None`: the devices, exactly.
+    /// APU whose figure includes the CPU (the wider of the two when both are read).
+    /// `None`: the devices, exactly.
     fn energy_scope(&self) -> Option<&'static str> {
         None
     }
@@ -197,6 +199,14 @@ impl MemorySource for Box<dyn MemorySource> {
 
     fn process_lister(&mut self) -> Option<Box<dyn ProcessLister>> {
         (**self).process_lister()
+    }
+
+    fn read_power(&mut self, out: &mut [PowerReading]) {
+        (**self).read_power(out);
+    }
+
+    fn energy_scope(&self) -> Option<&'static str> {
+        (**self).energy_scope()
     }
 
     fn take_utilization_time(&mut self) -> Option<Duration> {

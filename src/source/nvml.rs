@@ -183,7 +183,8 @@ impl MemorySource for NvmlSource {
             // SAFETY: the handle came from `self.nvml`, which outlives this borrow.
             let device = unsafe { NvmlDevice::new(handle, &self.nvml) };
             let asked = &mut self.power_queries[i];
-            reading.energy_mj = ask(&mut asked[0], || device.total_energy_consumption());
+            reading.energy_uj = ask(&mut asked[0], || device.total_energy_consumption())
+                .and_then(|mj| mj.checked_mul(1000));
             reading.power_mw = ask(&mut asked[1], || device.power_usage().map(u64::from));
             reading.clock_reasons = ask(&mut asked[2], || clock_event_reasons(&self.nvml, &device));
             reading.sm_clock_mhz = ask(&mut asked[3], || {

@@ -101,6 +101,50 @@ fn nvidia_devices_stay_on_nvml_and_amd_devices_come_after_them() {
 }
 
 #[test]
+fn the_spans_carry_the_energy_both_gpus_drew() {
+    let fake = FakeNvml::build();
+    fake.set_power(0, 200_000);
+    let root = tempfile::tempdir().unwrap();
+    let device = root.path().join("sys/class/drm/card1/device");
+    let hwmon = device.join("hwmon/hwmon2");
+    std::fs::create_dir_all(&hwmon).unwrap();
+    std::fs::write(
+        device.join("uevent"),
+        format!("DRIVER=amdgpu\nPCI_SLOT_NAME={PDEV}\n"),
+    )
+    .unwrap();
+    std::fs::write(device.join("mem_info_vram_used"), "4096\n").unwrap();
+    // 100 W: amdgpu gives the power only, so the sum is estimated from the powers.
+    std::fs::write(hwmon.join("power1_average"), "100000000\n").unwrap();
+
+    let receiver = Receiver::start_grpc();
+    let builder = setup::to_receiver(&receiver)
+        .nvml_lib(fake.path())
+        .devices("0,1")
+        .sysfs_root(root.path().join("sys"))
+        .procfs_root(root.path().join("proc"))
+        .sample_interval(Duration::from_millis(2));
+    let (telemetry, ()) = sampling::run(builder, |_| {
+        wait_for_ticks(&fake, 1, 30);
+        let _step = gpuspan::step_span!(0);
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    telemetry.shutdown().expect("clean shutdown");
+
+    let step = &receiver.spans_named("step")[0];
+    let energy = step
+        .double_attr("gpu.energy")
+        .expect("energy from both sources");
+    assert_eq!(step.bool_attr("gpu.energy.estimated"), Some(true));
+    let seconds = (step.end_time_unix_nano - step.start_time_unix_nano) as f64 / 1e9;
+    let scripted = 300.0 * seconds;
+    assert!(
+        (energy - scripted).abs() <= 0.05 * scripted,
+        "{energy} J against the scripted {scripted} J: both GPUs' power, summed"
+    );
+}
+
+#[test]
 fn gpuspan_devices_numbers_amd_devices_after_every_nvidia_gpu() {
     let fake = FakeNvml::build();
     fake.set_device_count(2);

@@ -213,3 +213,37 @@ fn steps_10_to_12_and_only_they_carry_the_scripted_throttle_reasons() {
         }
     }
 }
+
+#[test]
+fn a_mig_instance_s_span_carries_its_gpu_s_energy_once_and_says_so() {
+    let fake = FakeNvml::build();
+    fake.set_mig(0, 2, 20 << 30);
+    fake.set_power(0, 300_000);
+    let receiver = Receiver::start_grpc();
+    let builder = setup::to_receiver(&receiver)
+        .nvml_lib(fake.path())
+        .sample_interval(Duration::from_millis(2));
+    let (telemetry, counted) = sampling::run(builder, |telemetry| {
+        assert_eq!(telemetry.devices().len(), 2, "two instances of one GPU");
+        let start = just_after_a_move(&fake);
+        let span = gpuspan::step_span!(0);
+        let still = fake.current_energy(0) == start;
+        std::thread::sleep(2 * ENERGY_QUANTUM + ENERGY_QUANTUM / 2);
+        let end = just_after_a_move(&fake);
+        drop(span);
+        // A machine too busy to read within one quantum is not judged.
+        (still && fake.current_energy(0) == end).then_some(end - start)
+    });
+    telemetry.shutdown().expect("clean shutdown");
+
+    let step = &receiver.spans_named("step")[0];
+    assert_eq!(step.str_attr("gpu.energy.scope"), Some("gpu"));
+    match counted {
+        Some(millijoules) => assert_eq!(
+            step.double_attr("gpu.energy"),
+            Some(millijoules as f64 / 1000.0),
+            "the GPU's counter once, not once per instance"
+        ),
+        None => eprintln!("not read within one quantum: the figure is not judged"),
+    }
+}

@@ -6,6 +6,7 @@
 //! - This process's memory: its own `<procfs>/<pid>/fdinfo` (a few small reads, no driver
 //!   lock, so it keeps the memory cadence), or KFD's `vram_<gpu_id>` for a ROCm process.
 //! - Host memory behind a device (`gtt`, `system*`, `stolen*`) is never GPU memory.
+//! - Energy and power: the card's hwmon files (`hwmon`), at the sampler's power cadence.
 //!
 //! Every path is under the sysfs and procfs roots given, so tests run on written trees.
 
@@ -17,6 +18,7 @@ pub(crate) mod cards;
 mod clients;
 mod fdinfo;
 mod files;
+mod hwmon;
 mod kfd;
 pub(crate) mod scope;
 
@@ -24,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::scope::AmbiguousDevice;
-use super::{Device, DeviceReading, MemorySource};
+use super::{Device, DeviceReading, MemorySource, PowerReading};
 use cards::{Card, Driver};
 use clients::{Clients, Notice, Whose};
 use files::Missing;
@@ -55,6 +57,13 @@ pub(crate) struct DrmSource {
     buf: Vec<u8>,
     /// Whether the line about another user's KFD files was said.
     told_kfd_denied: bool,
+    /// Per card, its energy and power files; `None` where it has none, or where an
+    /// earlier card of the list is the same GPU (another partition), so that a GPU is
+    /// counted once.
+    hwmon: Vec<Option<hwmon::Hwmon>>,
+    /// `gpu.energy.scope`: `socket` when a card is an APU, `gpu` when a card is one
+    /// partition of a GPU (the figure is the whole GPU's).
+    energy_scope: Option<&'static str>,
 }
 
 /// Why no AMD or Intel device is read.
@@ -120,6 +129,8 @@ impl DrmSource {
             Whose::Own
         };
         let pid = std::process::id();
+        let hwmon = open_hwmon(&cards);
+        let energy_scope = energy_scope(&cards, &hwmon);
         Ok(Self {
             sysfs: roots.sysfs.clone(),
             name: sources.join("+"),
@@ -132,6 +143,8 @@ impl DrmSource {
             utilization_time: None,
             buf: Vec::with_capacity(64),
             told_kfd_denied: false,
+            hwmon,
+            energy_scope,
         })
     }
 
@@ -314,8 +327,53 @@ impl MemorySource for DrmSource {
         }
     }
 
+    fn read_power(&mut self, out: &mut [PowerReading]) {
+        let now = Instant::now();
+        for (reading, hwmon) in out.iter_mut().zip(&mut self.hwmon) {
+            if let Some(hwmon) = hwmon {
+                hwmon.read(now, &mut self.buf, reading);
+            }
+        }
+    }
+
+    fn energy_scope(&self) -> Option<&'static str> {
+        self.energy_scope
+    }
+
     fn take_utilization_time(&mut self) -> Option<Duration> {
         self.utilization_time.take()
+    }
+}
+
+/// Each card's hwmon files; a GPU's partitions after the first get none, as its files are
+/// the whole GPU's.
+fn open_hwmon(cards: &[Card]) -> Vec<Option<hwmon::Hwmon>> {
+    let mut seen: Vec<&str> = Vec::new();
+    cards
+        .iter()
+        .map(|card| {
+            if seen.contains(&card.pdev.as_str()) {
+                return None;
+            }
+            seen.push(&card.pdev);
+            hwmon::Hwmon::open(&card.dir, card.driver)
+        })
+        .collect()
+}
+
+/// What the energy covers beyond the devices: an APU's socket, or a partition's GPU.
+fn energy_scope(cards: &[Card], hwmon: &[Option<hwmon::Hwmon>]) -> Option<&'static str> {
+    let read = |i: usize| hwmon[i].is_some();
+    if hwmon.iter().flatten().any(|h| h.socket) {
+        Some("socket")
+    } else if cards
+        .iter()
+        .enumerate()
+        .any(|(i, c)| c.partition.is_some() && read(i))
+    {
+        Some("gpu")
+    } else {
+        None
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 
 mod denied;
+mod hwmon;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

@@ -1,0 +1,143 @@
+//! Energy and power from a card's hwmon directory (`<card>/device/hwmon/hwmon<N>`), in the
+//! units of the kernel's hwmon interface: `energy<N>_input` is a counter in microjoules,
+//! `power<N>_average` and `power<N>_input` a power in microwatts.
+//!
+//! - xe and i915: `energy1_input`, the card's counter (xe's `energy2_input`, the package's,
+//!   where the card has none). No power file: the power is the counter's increase over the
+//!   time between two reads.
+//! - amdgpu: no counter; `power1_average` (else `power1_input`), the SoC's power. On an
+//!   APU that is the socket's, CPU included; the driver shows the north bridge's rail
+//!   (`in1_label` `vddnb`) on APUs only, which is how one is told apart.
+//!
+//! Read on the sampler thread at the power cadence, never when the source opens a span. A
+//! file that cannot be read, or a counter that goes back, gives no figure (never zero) and
+//! one warning line naming the file.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::cards::Driver;
+use super::files;
+use crate::source::PowerReading;
+
+/// The energy and power files of one card.
+#[derive(Debug)]
+pub(crate) struct Hwmon {
+    /// The energy counter, in µJ.
+    energy: Option<PathBuf>,
+    /// The power, in µW, where the driver has it.
+    power: Option<PathBuf>,
+    /// The counter's last value and when it was read: the power where no file gives it.
+    last: Option<(u64, Instant)>,
+    /// The figure includes the CPU (an APU's socket).
+    pub(crate) socket: bool,
+    told: Told,
+}
+
+/// Which warning lines were said, each once.
+#[derive(Debug, Default)]
+struct Told {
+    unreadable: bool,
+    back: bool,
+}
+
+impl Hwmon {
+    /// The card's energy and power files, read once as the source opens; `None` when its
+    /// driver has neither.
+    pub(crate) fn open(card_dir: &Path, driver: Driver) -> Option<Self> {
+        let entries = std::fs::read_dir(card_dir.join("hwmon")).ok()?;
+        let mut dirs: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with("hwmon"))
+            })
+            .map(|e| e.path())
+            .collect();
+        dirs.sort();
+        dirs.into_iter().find_map(|dir| Self::in_dir(&dir, driver))
+    }
+
+    fn in_dir(dir: &Path, driver: Driver) -> Option<Self> {
+        let first = |names: &[&str]| {
+            names
+                .iter()
+                .map(|name| dir.join(name))
+                .find(|path| path.is_file())
+        };
+        let energy = first(&["energy1_input", "energy2_input"]);
+        let power = first(&["power1_average", "power1_input"]);
+        if energy.is_none() && power.is_none() {
+            return None;
+        }
+        let socket = driver == Driver::Amdgpu
+            && files::text(&dir.join("in1_label")).is_some_and(|label| label == "vddnb");
+        Some(Self {
+            energy,
+            power,
+            last: None,
+            socket,
+            told: Told::default(),
+        })
+    }
+
+    /// Reads the counter and the power into `out`.
+    pub(crate) fn read(&mut self, now: Instant, buf: &mut Vec<u8>, out: &mut PowerReading) {
+        if let Some(path) = &self.energy {
+            match files::number(path, buf) {
+                Ok(uj) => {
+                    out.energy_uj = Some(uj);
+                    let last = self.last.replace((uj, now));
+                    out.power_mw =
+                        last.and_then(|last| from_counter(last, (uj, now), path, &mut self.told));
+                }
+                Err(why) => {
+                    self.last = None;
+                    unreadable(&why, path, &mut self.told);
+                }
+            }
+        }
+        if let Some(path) = &self.power {
+            match files::number(path, buf) {
+                Ok(uw) => out.power_mw = Some(uw.saturating_add(500) / 1000),
+                Err(why) => unreadable(&why, path, &mut self.told),
+            }
+        }
+    }
+}
+
+/// The power between two reads of the counter at `path`, in mW: its increase over the time
+/// between; `None` when it went back.
+fn from_counter(
+    (last, at): (u64, Instant),
+    (uj, now): (u64, Instant),
+    path: &Path,
+    told: &mut Told,
+) -> Option<u64> {
+    if uj < last {
+        if !told.back {
+            told.back = true;
+            eprintln!(
+                "gpuspan: warning: {} went back from {last} to {uj} µJ (the driver reloaded \
+                 or the counter wrapped): the spans open across it have no energy figure",
+                path.display()
+            );
+        }
+        return None;
+    }
+    let seconds = now.duration_since(at).as_secs_f64();
+    (seconds > 0.0).then(|| ((uj - last) as f64 / seconds / 1000.0).round() as u64)
+}
+
+/// Says once that a file of the card's cannot be read.
+fn unreadable(why: &files::Missing, path: &Path, told: &mut Told) {
+    if !told.unreadable {
+        told.unreadable = true;
+        eprintln!(
+            "gpuspan: warning: {}: the spans have no energy or power from this GPU while it \
+             cannot be read",
+            why.describe(path)
+        );
+    }
+}

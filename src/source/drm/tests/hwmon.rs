@@ -1,0 +1,133 @@
+//! Energy and power from the cards' hwmon files: which file each driver's figure comes
+//! from, in which unit, and what happens when one cannot be read.
+
+use std::time::Duration;
+
+use super::*;
+use crate::source::PowerReading;
+
+/// Writes `files` (name, text) into `hwmon/<dir>` of the fixture's `card`.
+fn hwmon(tree: &Tree, card: &str, dir: &str, files: &[(&str, &str)]) {
+    let path = tree.path(&format!("sys/class/drm/{card}/device/hwmon/{dir}"));
+    std::fs::create_dir_all(&path).unwrap();
+    for (name, text) in files {
+        std::fs::write(path.join(name), text).unwrap();
+    }
+}
+
+fn read_power(source: &mut DrmSource) -> Vec<PowerReading> {
+    let mut out = vec![PowerReading::default(); source.devices().len()];
+    source.read_power(&mut out);
+    out
+}
+
+#[test]
+fn xe_reads_the_card_s_counter_and_its_power_from_the_counter_s_increase() {
+    let tree = Tree::of("xe-vram0-gtt");
+    let files = [("energy1_input", "1000000\n"), ("energy2_input", "17\n")];
+    hwmon(&tree, "card1", "hwmon4", &files);
+    let mut source = tree.open();
+    assert_eq!(source.energy_scope(), None);
+    let first = &read_power(&mut source)[0];
+    assert_eq!(
+        first.energy_uj,
+        Some(1_000_000),
+        "the card's, not the package's"
+    );
+    assert_eq!(first.power_mw, None, "one read gives no increase yet");
+
+    hwmon(&tree, "card1", "hwmon4", &[("energy1_input", "1500000\n")]);
+    std::thread::sleep(Duration::from_millis(50));
+    let second = &read_power(&mut source)[0];
+    assert_eq!(second.energy_uj, Some(1_500_000));
+    // 0.5 J over 50 ms or a little more: 10 W at most.
+    let mw = second.power_mw.expect("the power from the increase");
+    assert!((2_000..=10_000).contains(&mw), "{mw} mW");
+}
+
+#[test]
+fn xe_without_the_card_s_counter_reads_the_package_s() {
+    let tree = Tree::of("xe-vram0-gtt");
+    hwmon(&tree, "card1", "hwmon4", &[("energy2_input", "52\n")]);
+    assert_eq!(read_power(&mut tree.open())[0].energy_uj, Some(52));
+}
+
+#[test]
+fn amdgpu_reads_power1_average_else_power1_input_in_milliwatts() {
+    let tree = Tree::of("amdgpu-old-keys");
+    let files = [("power1_average", "152499999\n"), ("power1_input", "1\n")];
+    hwmon(&tree, "card0", "hwmon1", &files);
+    let reading = &read_power(&mut tree.open())[0];
+    assert_eq!((reading.energy_uj, reading.power_mw), (None, Some(152_500)));
+
+    let tree = Tree::of("amdgpu-old-keys");
+    hwmon(&tree, "card0", "hwmon1", &[("power1_input", "61000000\n")]);
+    assert_eq!(read_power(&mut tree.open())[0].power_mw, Some(61_000));
+}
+
+#[test]
+fn a_file_that_does_not_hold_a_number_gives_no_figure_rather_than_zero() {
+    let tree = Tree::of("xe-vram0-gtt");
+    hwmon(&tree, "card1", "hwmon4", &[("energy1_input", "12\n")]);
+    let mut source = tree.open();
+    assert_eq!(read_power(&mut source)[0].energy_uj, Some(12));
+    hwmon(&tree, "card1", "hwmon4", &[("energy1_input", "-1\n")]);
+    assert_eq!(read_power(&mut source)[0], PowerReading::default());
+    std::fs::remove_file(tree.path("sys/class/drm/card1/device/hwmon/hwmon4/energy1_input"))
+        .unwrap();
+    assert_eq!(read_power(&mut source)[0], PowerReading::default());
+}
+
+#[test]
+fn a_counter_that_went_back_gives_a_reading_but_no_power_from_the_increase() {
+    let tree = Tree::of("xe-vram0-gtt");
+    hwmon(&tree, "card1", "hwmon4", &[("energy1_input", "9000\n")]);
+    let mut source = tree.open();
+    read_power(&mut source);
+    hwmon(&tree, "card1", "hwmon4", &[("energy1_input", "40\n")]);
+    let reading = &read_power(&mut source)[0];
+    // The sampler sees the counter go back and gives the spans open across it no figure.
+    assert_eq!((reading.energy_uj, reading.power_mw), (Some(40), None));
+}
+
+#[test]
+fn an_apu_is_told_by_the_north_bridge_rail_its_driver_shows_on_apus_alone() {
+    let tree = Tree::of("apu-without-vram-keys");
+    let files = [
+        ("in1_label", "vddnb\n"),
+        ("in1_input", "892\n"),
+        ("power1_average", "28000000\n"),
+    ];
+    hwmon(&tree, "card0", "hwmon0", &files);
+    assert_eq!(tree.open().energy_scope(), Some("socket"));
+
+    let tree = Tree::of("amdgpu-old-keys");
+    let files = [("in0_label", "vddgfx\n"), ("power1_average", "300000000\n")];
+    hwmon(&tree, "card0", "hwmon1", &files);
+    assert_eq!(tree.open().energy_scope(), None, "a discrete GPU");
+}
+
+#[test]
+fn a_gpu_s_partitions_count_its_power_once_and_say_it_is_the_whole_gpu_s() {
+    let tree = Tree::of("mi300x-four-compute-partitions");
+    hwmon(
+        &tree,
+        "card0",
+        "hwmon2",
+        &[("power1_average", "750000000\n")],
+    );
+    let mut source = tree.open();
+    assert_eq!(source.devices().len(), 4);
+    assert_eq!(source.energy_scope(), Some("gpu"));
+    let powers: Vec<Option<u64>> = read_power(&mut source).iter().map(|r| r.power_mw).collect();
+    assert_eq!(powers, [Some(750_000), None, None, None]);
+}
+
+#[test]
+fn a_card_without_hwmon_files_reads_no_energy_and_no_power() {
+    let tree = Tree::of("amdgpu-old-keys");
+    hwmon(&tree, "card0", "hwmon1", &[("temp1_input", "45000\n")]);
+    let mut source = tree.open();
+    assert_eq!(read_power(&mut source)[0], PowerReading::default());
+    assert_eq!(source.energy_scope(), None);
+}
