@@ -6,7 +6,8 @@
 //! - This process's memory: its own `<procfs>/<pid>/fdinfo` (a few small reads, no driver
 //!   lock, so it keeps the memory cadence), or KFD's `vram_<gpu_id>` for a ROCm process.
 //! - Host memory behind a device (`gtt`, `system*`, `stolen*`) is never GPU memory.
-//! - Energy and power: the card's hwmon files (`hwmon`), at the sampler's power cadence.
+//! - Energy and power: the card's hwmon files (`hwmon`); Intel's clock throttle reasons
+//!   and graphics clock (`throttle`); at the sampler's power cadence.
 //!
 //! Every path is under the sysfs and procfs roots given, so tests run on written trees.
 
@@ -21,6 +22,7 @@ mod files;
 mod hwmon;
 mod kfd;
 pub(crate) mod scope;
+mod throttle;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -61,6 +63,8 @@ pub(crate) struct DrmSource {
     /// earlier card of the list is the same GPU (another partition), so that a GPU is
     /// counted once.
     hwmon: Vec<Option<hwmon::Hwmon>>,
+    /// Per card, its clock throttle files, where its driver has them.
+    throttle: Vec<Option<throttle::Throttle>>,
     /// `gpu.energy.scope`: `socket` when a card is an APU, `gpu` when a card is one
     /// partition of a GPU (the figure is the whole GPU's).
     energy_scope: Option<&'static str>,
@@ -130,6 +134,7 @@ impl DrmSource {
         };
         let pid = std::process::id();
         let hwmon = open_hwmon(&cards);
+        let throttle = cards.iter().map(throttle::Throttle::open).collect();
         let energy_scope = energy_scope(&cards, &hwmon);
         Ok(Self {
             sysfs: roots.sysfs.clone(),
@@ -143,6 +148,7 @@ impl DrmSource {
             utilization_time: None,
             buf: Vec::with_capacity(64),
             told_kfd_denied: false,
+            throttle,
             hwmon,
             energy_scope,
         })
@@ -329,9 +335,13 @@ impl MemorySource for DrmSource {
 
     fn read_power(&mut self, out: &mut [PowerReading]) {
         let now = Instant::now();
-        for (reading, hwmon) in out.iter_mut().zip(&mut self.hwmon) {
+        let cards = self.hwmon.iter_mut().zip(&self.throttle);
+        for (reading, (hwmon, throttle)) in out.iter_mut().zip(cards) {
             if let Some(hwmon) = hwmon {
                 hwmon.read(now, &mut self.buf, reading);
+            }
+            if let Some(throttle) = throttle {
+                throttle.read(&mut self.buf, reading);
             }
         }
     }

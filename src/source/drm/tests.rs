@@ -8,6 +8,7 @@ use super::*;
 
 mod denied;
 mod hwmon;
+mod throttle;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
