@@ -112,3 +112,62 @@ impl ProcessLister for FirstOnly {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source of one device whose energy covers `scope`.
+    struct Covering(Option<&'static str>, Vec<Device>);
+
+    impl MemorySource for Covering {
+        fn name(&self) -> &str {
+            "covering"
+        }
+
+        fn devices(&self) -> &[Device] {
+            &self.1
+        }
+
+        fn read(&mut self, _out: &mut [DeviceReading]) {}
+
+        fn read_power(&mut self, out: &mut [PowerReading]) {
+            for reading in out {
+                reading.power_mw = Some(1000);
+            }
+        }
+
+        fn energy_scope(&self) -> Option<&'static str> {
+            self.0
+        }
+    }
+
+    fn covering(scope: Option<&'static str>) -> Box<dyn MemorySource> {
+        let device = Device {
+            index: 0,
+            mig: None,
+            uuid: "GPU-0".into(),
+            name: "test".into(),
+            vendor: "test".into(),
+        };
+        Box::new(Covering(scope, vec![device]))
+    }
+
+    #[test]
+    fn the_wider_scope_of_the_two_sources_is_said() {
+        let scope = |a, b| Combined::new(covering(a), covering(b)).energy_scope();
+        assert_eq!(scope(Some("gpu"), Some("socket")), Some("socket"));
+        assert_eq!(scope(Some("socket"), Some("gpu")), Some("socket"));
+        assert_eq!(scope(None, Some("gpu")), Some("gpu"));
+        assert_eq!(scope(None, None), None);
+    }
+
+    #[test]
+    fn both_sources_read_their_power_through_their_boxes() {
+        let mut combined = Combined::new(covering(None), covering(None));
+        let mut out = vec![PowerReading::default(); 2];
+        combined.read_power(&mut out);
+        assert_eq!(out[0].power_mw, Some(1000));
+        assert_eq!(out[1].power_mw, Some(1000));
+    }
+}
