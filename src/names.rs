@@ -106,8 +106,8 @@ pub mod attribute {
     /// `hw_slowdown`, `sync_boost`, `sw_thermal_slowdown`, `hw_thermal_slowdown`,
     /// `hw_power_brake`), a string array; absent when none.
     pub const GPU_THROTTLE_REASONS: &str = "gpu.throttle.reasons";
-    /// The share (0 to 1) of the power readings taken while the span was open that found
-    /// the clocks held down.
+    /// The share (0 to 1) of the readings of the clock event reasons taken while the span
+    /// was open that found the clocks held down.
     pub const GPU_THROTTLE_SHARE: &str = "gpu.throttle.share";
     /// The lowest SM clock read while the span was open (the reading current when it
     /// opened included), in MHz.
@@ -248,7 +248,7 @@ pub mod event {
 
 /// Span events about the clocks, not memory findings: no counter, no mark in the summary.
 pub mod clock_event {
-    /// A span's share of throttled power readings reached the threshold: the clocks were
+    /// A span's share of throttled readings reached the threshold: the clocks were
     /// held down for much of it (its attributes: the reasons, the share, the lowest clock).
     pub const THROTTLED: &str = "gpu.throttled";
 }

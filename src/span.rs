@@ -247,6 +247,7 @@ fn energy(shared: &Shared, watermark: &Watermark, base: usize) -> SpanEnergy {
         power_reads: moved(slot::POWER_READS).unwrap_or(0),
         power_now_mw: shared.reading(base + slot::POWER_NOW).get(),
         throttled_reads: moved(slot::THROTTLED).unwrap_or(0),
+        clock_reads: moved(slot::CLOCK_READS).unwrap_or(0),
         reasons,
         lowest_sm_mhz: crate::sampler::power::lowest_clock(
             watermark.peak(low).max(shared.reading(low)),

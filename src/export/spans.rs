@@ -105,7 +105,7 @@ struct SpanIntake {
     returned: Vec<Returned>,
     /// This span's memory attributes, before they join its own in a list of their size.
     attributes: Vec<opentelemetry::KeyValue>,
-    /// The share of throttled power readings from which a span gets `gpu.throttled`.
+    /// The share of throttled readings from which a span gets `gpu.throttled`.
     throttle_threshold: f64,
 }
 

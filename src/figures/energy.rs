@@ -25,6 +25,8 @@ pub struct SpanEnergy {
     pub power_reads: u64,
     /// The latest power reading as the span closed, in mW.
     pub power_now_mw: Option<u64>,
+    /// How many readings of the clock event reasons were taken while the span was open.
+    pub clock_reads: u64,
     /// Of those readings, how many found the clocks held down.
     pub throttled_reads: u64,
     /// Bit `i`: the `i`th of `REASONS` was seen while the span was open.
@@ -88,9 +90,10 @@ impl SpanEnergy {
         Some((mean_mw / 1000.0 * context.duration.as_secs_f64(), true))
     }
 
-    /// The share of the power readings taken while the span was open that were throttled.
+    /// The share of the readings of the reasons taken while the span was open that were
+    /// throttled.
     pub(crate) fn throttle_share(&self) -> Option<f64> {
-        (self.power_reads > 0).then(|| self.throttled_reads as f64 / self.power_reads as f64)
+        (self.clock_reads > 0).then(|| self.throttled_reads as f64 / self.clock_reads as f64)
     }
 
     /// The reasons seen, by name.

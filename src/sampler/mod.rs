@@ -49,14 +49,16 @@ pub(crate) mod figure {
         pub(crate) const POWER_READS: usize = 3;
         /// The latest power reading, in mW.
         pub(crate) const POWER_NOW: usize = 4;
-        /// Power readings with the clocks held down.
+        /// Readings of the clock event reasons with the clocks held down.
         pub(crate) const THROTTLED: usize = 5;
         /// Readings with each of `power::REASONS`, in its order.
         pub(crate) const REASON0: usize = 6;
         /// The lowest SM clock, upside down (`power::lowest_clock`).
         pub(crate) const SM_CLOCK_LOW: usize = REASON0 + super::super::power::REASONS.len();
+        /// Readings of the clock event reasons (with or without a power reading).
+        pub(crate) const CLOCK_READS: usize = SM_CLOCK_LOW + 1;
         /// Each device's counter increase, in µJ.
-        pub(crate) const DEVICE_ENERGY0: usize = SM_CLOCK_LOW + 1;
+        pub(crate) const DEVICE_ENERGY0: usize = CLOCK_READS + 1;
     }
 }
 

@@ -40,6 +40,8 @@ pub(super) struct Power {
     power_sum: u64,
     power_reads: u64,
     power_now: Option<u64>,
+    /// Reads in which a device gave its clock event reasons.
+    clock_reads: u64,
     throttled: u64,
     reasons: [u64; REASONS.len()],
     lowest_clock: Option<u64>,
@@ -73,6 +75,7 @@ impl Power {
             power_sum: 0,
             power_reads: 0,
             power_now: None,
+            clock_reads: 0,
             throttled: 0,
             reasons: [0; REASONS.len()],
             lowest_clock: None,
@@ -116,6 +119,7 @@ impl Power {
         let mut power: Option<u64> = None;
         let mut reasons = 0u64;
         let mut lowest_clock: Option<u64> = None;
+        let mut clocks_read = false;
         self.power_only = false;
         for (i, reading) in self.readings.iter().enumerate() {
             self.power_only |= reading.power_mw.is_some() && reading.energy_uj.is_none();
@@ -134,6 +138,7 @@ impl Power {
                 power = Some(power.unwrap_or(0) + mw);
             }
             reasons |= reading.clock_reasons.unwrap_or(0);
+            clocks_read |= reading.clock_reasons.is_some();
             if let Some(clock) = reading.sm_clock_mhz {
                 lowest_clock = Some(lowest_clock.map_or(clock, |low| low.min(clock)));
             }
@@ -141,6 +146,11 @@ impl Power {
         if let Some(power) = power {
             self.power_sum += power;
             self.power_reads += 1;
+        }
+        // Apart from the power: a GPU may give its reasons and no power (an integrated
+        // Intel GPU has no hwmon).
+        if clocks_read {
+            self.clock_reads += 1;
             if reasons & THROTTLING != 0 {
                 self.throttled += 1;
             }
@@ -174,6 +184,7 @@ impl Power {
         out[slot::POWER_READS] = Reading::some(self.power_reads);
         out[slot::POWER_NOW] = self.power_now.into();
         out[slot::THROTTLED] = Reading::some(self.throttled);
+        out[slot::CLOCK_READS] = Reading::some(self.clock_reads);
         for (i, &count) in self.reasons.iter().enumerate() {
             out[slot::REASON0 + i] = Reading::some(count);
         }

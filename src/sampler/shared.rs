@@ -64,7 +64,7 @@ pub(crate) struct Shared {
     energy_scope: Option<&'static str>,
     /// The latest time between two moves of the energy counters, in ns.
     pub(super) energy_period_ns: AtomicReading,
-    /// The share of throttled power readings from which a span gets `gpu.throttled`.
+    /// The share of throttled readings from which a span gets `gpu.throttled`.
     pub(super) throttle_threshold: f64,
     /// Each device's latest power reading, in mW.
     pub(super) power_mw: Box<[AtomicReading]>,
@@ -211,7 +211,7 @@ impl Shared {
         self.power_mw.get(device)?.load().get()
     }
 
-    /// The share of throttled power readings from which a span gets `gpu.throttled`.
+    /// The share of throttled readings from which a span gets `gpu.throttled`.
     pub(crate) fn throttle_threshold(&self) -> f64 {
         self.throttle_threshold
     }
