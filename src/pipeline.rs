@@ -26,11 +26,14 @@
 //!   [`OtlpRequest`], shared through [`SharedRequest`]), an OTLP/JSON lines file, standard
 //!   output, or nowhere.
 //! - **Helpers.** [`unix_nanos`] stamps wall-clock time as the SDK's spans and ticks carry
-//!   it, and [`lock`] takes a mutex whose holder panicked, as every lock in the SDK does.
+//!   it, and [`lock`] takes a mutex whose holder panicked, as every lock in the SDK does;
+//!   [`read_pem_file`] and [`private_key`] read a receiver's certificate and key as the
+//!   SDK reads its own, bounded, an encrypted key said to be one.
 //!
 //! Threading: as each item's own documentation says; nothing here runs on a training
 //! thread.
 
+pub use crate::config::tls::{private_key, read_pem_file, MOST_PEM_BYTES};
 pub use crate::config::{resolve, CodeSettings, Destination, OtlpTarget, Settings};
 pub use crate::destinations::{describe, forward as forward_target, ForwardTarget, OpenError};
 pub use crate::export::health::ExportHealth;

@@ -87,10 +87,21 @@ pub(crate) fn tls_files(
                  certificate's PEM file",
             ))
         }
-        (Some((cert, cert_origin)), Some((key, key_origin))) => Some((
-            read_certificates(&cert, named(&cert_origin), CLIENT_FIX)?,
-            read_key(&key, named(&key_origin))?,
-        )),
+        (Some((cert, cert_origin)), Some((key, key_origin))) => {
+            let cert = read_certificates(&cert, named(&cert_origin), CLIENT_FIX)?;
+            let key = read_key(&key, named(&key_origin))?;
+            check_pair(&cert, &key).map_err(|why| {
+                certificate_error(
+                    key.named_by.clone(),
+                    &key.path,
+                    &format!(
+                        "the key does not go with the certificate in {cert:?} ({why}); set it \
+                         to the private key of that certificate, or both to another pair"
+                    ),
+                )
+            })?;
+            Some((cert, key))
+        }
     };
     Ok(TlsFiles { ca, client })
 }
@@ -119,13 +130,37 @@ fn certificate_error(named_by: String, path: &Path, problem: &str) -> InitError 
 }
 
 fn read(path: &Path, named_by: &str, fix: &str) -> Result<Vec<u8>, InitError> {
-    std::fs::read(path).map_err(|e| {
+    read_pem_file(path).map_err(|e| {
         certificate_error(
             named_by.to_owned(),
             path,
             &format!("cannot read the file ({e}); {fix}"),
         )
     })
+}
+
+/// The most a PEM file of certificates or a key is read to: every public root together
+/// is about 220 KiB, so a file past this is not one (a data set or a device named by
+/// mistake), and is refused rather than read into memory whole, or forever.
+pub const MOST_PEM_BYTES: u64 = 16 << 20;
+
+/// A PEM file's bytes (a CA, a certificate chain or a key), read to [`MOST_PEM_BYTES`]:
+/// a larger file, or a device that never ends, is an error saying so.
+pub fn read_pem_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.is_dir() {
+        return Err(std::io::Error::other("it is a directory"));
+    }
+    let mut pem = Vec::new();
+    file.take(MOST_PEM_BYTES + 1).read_to_end(&mut pem)?;
+    if pem.len() as u64 > MOST_PEM_BYTES {
+        return Err(std::io::Error::other(format!(
+            "it is larger than {} MiB, which no PEM file of certificates or keys is",
+            MOST_PEM_BYTES >> 20
+        )));
+    }
+    Ok(pem)
 }
 
 /// The certificates of a PEM file: at least one, each well formed.
@@ -158,12 +193,46 @@ fn read_certificates(path: &Path, named_by: String, fix: &str) -> Result<PemFile
     })
 }
 
+/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1), or why there is none for
+/// people: an encrypted key is said to be one, since nothing here can ask for its
+/// passphrase, with how to decrypt it.
+pub fn private_key(pem: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
+        if pem.windows(b"ENCRYPTED".len()).any(|w| w == b"ENCRYPTED") {
+            "the key is encrypted, and nothing can ask for its passphrase: decrypt it \
+             (openssl pkey -in KEY -out KEY.plain) and name the decrypted file"
+                .to_owned()
+        } else {
+            format!("the file holds no PEM private key ({e})")
+        }
+    })
+}
+
 /// A certificate's DER parses as X.509 (where the TLS stack is built).
 #[cfg(feature = "_tls")]
 fn check_der(certificate: &CertificateDer<'_>) -> Result<(), String> {
     rustls::RootCertStore::empty()
         .add(certificate.clone())
         .map_err(|e| format!("a certificate in the file does not parse ({e})"))
+}
+
+/// A client certificate's key is the one given (where the TLS stack is built): a key of
+/// another certificate would fail every handshake, with words naming neither file.
+#[cfg(feature = "_tls")]
+fn check_pair(cert: &PemFile, key: &PemFile) -> Result<(), String> {
+    let chain = CertificateDer::pem_slice_iter(&cert.pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let key = private_key(&key.pem)?;
+    let provider = rustls::crypto::ring::default_provider();
+    rustls::sign::CertifiedKey::from_der(chain, key, &provider)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "_tls"))]
+fn check_pair(_cert: &PemFile, _key: &PemFile) -> Result<(), String> {
+    Ok(())
 }
 
 #[cfg(not(feature = "_tls"))]
@@ -174,13 +243,8 @@ fn check_der(_certificate: &CertificateDer<'_>) -> Result<(), String> {
 /// A private key in PEM (PKCS#8, PKCS#1 or SEC1).
 fn read_key(path: &Path, named_by: String) -> Result<PemFile, InitError> {
     let pem = read(path, &named_by, KEY_FIX)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
-        certificate_error(
-            named_by.clone(),
-            path,
-            &format!("the file holds no PEM private key ({e}); {KEY_FIX}"),
-        )
-    })?;
+    private_key(&pem)
+        .map_err(|why| certificate_error(named_by.clone(), path, &format!("{why}; {KEY_FIX}")))?;
     Ok(PemFile {
         named_by,
         path: path.to_owned(),
@@ -266,6 +330,47 @@ mod tests {
                 "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
                 "OTEL_EXPORTER_OTLP_CLIENT_KEY",
             ],
+        );
+    }
+
+    #[test]
+    fn a_ca_file_that_is_huge_a_device_a_directory_or_empty_is_refused_saying_which() {
+        let dir = tempfile::tempdir().unwrap();
+        let huge = dir.path().join("dataset.bin");
+        // Sparse: no disk is written.
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(4 * MOST_PEM_BYTES)
+            .unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        let cases = [
+            (huge.as_path(), "larger than 16 MiB"),
+            (Path::new("/dev/zero"), "larger than 16 MiB"),
+            (dir.path(), "directory"),
+            (empty.as_path(), "holds no PEM certificate"),
+        ];
+        for (path, says) in cases {
+            let text = path.to_str().unwrap();
+            let error = files(&[(OTEL_EXPORTER_OTLP_CERTIFICATE, text)]).unwrap_err();
+            says_all(error, &["OTEL_EXPORTER_OTLP_CERTIFICATE", text, says]);
+        }
+    }
+
+    #[test]
+    fn an_encrypted_client_key_is_said_to_be_one_with_how_to_decrypt_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("client.key");
+        std::fs::write(
+            &key,
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIGbMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3\n\
+             -----END ENCRYPTED PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let error = read_key(&key, OTEL_EXPORTER_OTLP_CLIENT_KEY.to_owned()).unwrap_err();
+        says_all(
+            error,
+            &["OTEL_EXPORTER_OTLP_CLIENT_KEY", "encrypted", "openssl pkey"],
         );
     }
 

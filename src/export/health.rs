@@ -149,6 +149,27 @@ impl ExportHealth {
         self.remember(reason);
     }
 
+    /// Counts `count` items still waiting when shutdown's deadline passed. Where attempts
+    /// were failing, the last one's reason stays in the words (a refused TLS handshake
+    /// retried until then is told as one, not only as time running out).
+    pub(crate) fn lost_at_shutdown(&self, count: u64) {
+        let timeout = self.reason(Loss::ShutdownTimeout);
+        let last = match self.failing.load(Ordering::Relaxed) {
+            true => self.last_error(),
+            false => None,
+        };
+        match last {
+            Some(last) if count > 0 && !last.starts_with(timeout) => {
+                self.lost.fetch_add(count, Ordering::Relaxed);
+                // Already told in full: kept as it is, not explained again.
+                if let Ok(mut kept) = self.last_error.lock() {
+                    *kept = Some(format!("{timeout}; the last attempt: {last}"));
+                }
+            }
+            _ => self.lost(count, timeout),
+        }
+    }
+
     /// Keeps the reason of a failed attempt (the items may still be retried).
     pub(crate) fn failed(&self, reason: &str) {
         self.failing.store(true, Ordering::Relaxed);

@@ -233,6 +233,19 @@ fn a_grpc_endpoint_without_a_scheme_is_tls_unless_insecure() {
     let settings = with_env(&insecure, || resolve(&CodeSettings::default())).unwrap();
     assert_eq!(otlp(&settings.traces).endpoint, "https://collector:4317");
     assert_eq!(otlp(&settings.metrics).endpoint, "http://collector:4317");
+    // A scheme says it by itself, whatever the variable says (the specification's rule).
+    for (url, insecure) in [
+        ("https://collector:4317", "true"),
+        ("http://collector:4317", "false"),
+    ] {
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", url),
+            grpc[1],
+            ("OTEL_EXPORTER_OTLP_INSECURE", insecure),
+        ];
+        let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();
+        assert_eq!(otlp(&settings.traces).endpoint, url);
+    }
     let text = error_text(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]);
     assert!(
         text.contains("OTEL_EXPORTER_OTLP_ENDPOINT") && text.contains("https://"),

@@ -13,6 +13,16 @@ use crate::config::OtlpTarget;
 #[error("cannot set up TLS: {0}")]
 pub struct TlsSetupError(String);
 
+/// The system's roots (none on a machine without a certificate store; an unreadable one
+/// is skipped) and the bundled web roots: what an `https://` endpoint is checked against
+/// when no CA is given, over either transport.
+fn system_and_web_roots() -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    roots
+}
+
 /// tonic's TLS settings for a gRPC endpoint (`None` for plain text).
 #[cfg(feature = "otlp-grpc")]
 pub(crate) fn grpc(target: &OtlpTarget) -> Option<tonic::transport::ClientTlsConfig> {
@@ -23,7 +33,9 @@ pub(crate) fn grpc(target: &OtlpTarget) -> Option<tonic::transport::ClientTlsCon
     let config = ClientTlsConfig::new();
     let config = match &target.tls.ca {
         Some(ca) => config.ca_certificate(Certificate::from_pem(&ca.pem)),
-        None => config.with_native_roots().with_webpki_roots(),
+        // Not tonic's own `with_native_roots`: it refuses to build at all on a machine with
+        // no system certificates (a slim container image), web roots or not.
+        None => config.trust_anchors(system_and_web_roots().roots),
     };
     Some(match &target.tls.client {
         Some((cert, key)) => config.identity(Identity::from_pem(&cert.pem, &key.pem)),
@@ -48,12 +60,7 @@ pub(crate) fn rustls_client(target: &OtlpTarget) -> Result<rustls::ClientConfig,
                     .map_err(|e| setup(&e))?;
             }
         }
-        None if target.is_https() => {
-            // Unreadable system certificates are skipped; the web roots remain.
-            let native = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(native.certs);
-            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        }
+        None if target.is_https() => roots = system_and_web_roots(),
         None => {}
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());

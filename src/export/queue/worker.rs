@@ -372,7 +372,7 @@ impl<A: Accept, S: Sink<Item = A::Item>> Worker<A, S> {
             .held
             .fetch_sub(self.waiting.len(), Ordering::Relaxed);
         let health = &self.shared.health;
-        health.lost(left, health.reason(Loss::ShutdownTimeout));
+        health.lost_at_shutdown(left);
         self.waiting.clear();
         let result = match &mut self.sink {
             Transport::Local(sink) => sink.shutdown(),
