@@ -21,6 +21,8 @@ pub struct CollectorProcess {
     pub grpc: SocketAddr,
     /// Where it receives OTLP/HTTP.
     pub http: SocketAddr,
+    /// The line it printed when it started listening.
+    pub banner: String,
 }
 
 /// Resident memory of a process, in bytes.
@@ -58,6 +60,7 @@ impl CollectorProcess {
             stderr,
             grpc,
             http,
+            banner: line.trim_end().to_owned(),
         };
         if !line.contains("gpuspan collect: OTLP") {
             let _ = process.child.kill();

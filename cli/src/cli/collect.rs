@@ -18,6 +18,7 @@ pub(super) fn collect(
     tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 ) -> Result<(), CommandError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
+    let over = if tls.is_some() { " over TLS" } else { "" };
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(CommandError::Signals)?;
     let collector = crate::collect::Collector::builder()
@@ -37,7 +38,7 @@ pub(super) fn collect(
     .filter_map(|(name, addr)| addr.map(|a| format!("{name} on {a}")))
     .collect();
     eprintln!(
-        "gpuspan collect: OTLP {}; forwarding to {}",
+        "gpuspan collect: OTLP{over} {}; forwarding to {}",
         listening.join(", "),
         collector.forward_to()
     );

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 
 use super::CollectError;
 
@@ -22,7 +22,8 @@ pub(crate) fn server_config(
         problem,
     };
     let read = |flag, path: &Path| {
-        std::fs::read(path).map_err(|e| bad(flag, path, format!("cannot read the file ({e})")))
+        gpuspan::pipeline::read_pem_file(path)
+            .map_err(|e| bad(flag, path, format!("cannot read the file ({e})")))
     };
     let chain = CertificateDer::pem_slice_iter(&read("--tls-cert", cert)?)
         .collect::<Result<Vec<_>, _>>()
@@ -34,13 +35,8 @@ pub(crate) fn server_config(
             "the file holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
         ));
     }
-    let key_der = PrivateKeyDer::from_pem_slice(&read("--tls-key", key)?).map_err(|e| {
-        bad(
-            "--tls-key",
-            key,
-            format!("the file holds no PEM private key ({e})"),
-        )
-    })?;
+    let key_der = gpuspan::pipeline::private_key(&read("--tls-key", key)?)
+        .map_err(|why| bad("--tls-key", key, why))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

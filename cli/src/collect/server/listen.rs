@@ -69,7 +69,8 @@ fn connection_builder() -> Builder<TokioExecutor> {
 
 /// Accepts connections while fewer than the limit are open, until `stop`; then lets the
 /// open ones finish. With `tls`, each connection's handshake runs on its own task, bounded
-/// by the time a request's head may take, so a slow client holds only its connection.
+/// by the time a request's head may take, so a slow client holds only its connection; at
+/// shutdown the handshakes still in flight are dropped at once.
 async fn accept(
     listener: tokio::net::TcpListener,
     router: Router,
@@ -79,6 +80,9 @@ async fn accept(
 ) {
     let builder = connection_builder();
     let graceful = GracefulShutdown::new();
+    // Tells the handshakes in flight to give up at shutdown: each holds a watcher, which
+    // the graceful shutdown would otherwise wait on for up to the handshake's bound.
+    let (closing, closed) = tokio::sync::watch::channel(false);
     let mut stop = std::pin::pin!(stop);
     loop {
         let connection = tokio::select! {
@@ -103,9 +107,14 @@ async fn accept(
             let acceptor = acceptor.clone();
             let builder = builder.clone();
             let watcher = graceful.watcher();
+            let mut closed = closed.clone();
             tokio::spawn(async move {
                 let handshake = tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(stream));
-                if let Ok(Ok(stream)) = handshake.await {
+                let handshake = tokio::select! {
+                    done = handshake => Some(done),
+                    _ = closed.wait_for(|closed| *closed) => None,
+                };
+                if let Some(Ok(Ok(stream))) = handshake {
                     let served = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .into_owned();
@@ -125,5 +134,6 @@ async fn accept(
         });
     }
     drop(listener);
+    let _ = closing.send(true);
     graceful.shutdown().await;
 }
