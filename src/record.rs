@@ -118,6 +118,34 @@ pub struct DeviceFigures {
     pub end: Option<i64>,
 }
 
+/// A span's energy and clocks as it carries them: `gpu.energy` and what goes with it, the
+/// clock event reasons and the `gpu.throttled` event. Empty on a span whose source read
+/// none (`None` is "not measured", never zero).
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct EnergyFigures {
+    /// `gpu.energy`, in joules, summed over the devices in scope.
+    pub joules: Option<f64>,
+    /// `gpu.energy.estimated`: the figure came from power readings, not the counters.
+    pub estimated: bool,
+    /// `gpu.power.avg`, in watts.
+    pub power_watts: Option<f64>,
+    /// `gpu.energy.per_sample`, in joules.
+    pub per_sample: Option<f64>,
+    /// `gpu.energy.scope`: what the figure covers beyond the devices (`gpu`, `socket`).
+    pub scope: Option<String>,
+    /// `gpu.<i>.energy`, in device order, with several devices.
+    pub devices: Vec<(GpuId, f64)>,
+    /// `gpu.throttle.reasons`, as the span names them.
+    pub throttle_reasons: Vec<String>,
+    /// `gpu.throttle.share`, 0 to 1.
+    pub throttle_share: Option<f64>,
+    /// `gpu.clock.sm.min`, in MHz.
+    pub sm_clock_min_mhz: Option<i64>,
+    /// The span carries a `gpu.throttled` event: the clocks were held down for much of it.
+    pub throttled: bool,
+}
+
 /// A closed span as gpuspan reads it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -158,6 +186,8 @@ pub struct SpanRecord {
     pub samples: Option<i64>,
     /// The error status message, if the span failed.
     pub error: Option<String>,
+    /// Energy, power and clocks (`gpu.energy`, `gpu.throttle.*`).
+    pub energy: EnergyFigures,
 }
 
 impl SpanRecord {

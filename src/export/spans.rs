@@ -22,7 +22,7 @@ use super::returns::{Returned, Returns};
 use super::sink::Exporter;
 use super::tap::SpanTap;
 use crate::figures::energy::EnergyContext;
-use crate::figures::{DeviceNames, Reading, RecordBuilder, SpanEnergy, SpanFigures};
+use crate::figures::{Attr, DeviceNames, Reading, RecordBuilder, SpanEnergy, SpanFigures};
 use crate::names::attribute as attr;
 use crate::sampler::Shared;
 
@@ -137,7 +137,16 @@ impl Accept for SpanIntake {
             self.attributes.clear();
             figures.write(&devices, &mut self.attributes, record.as_mut());
             if figures.energy.read {
-                self.energy(&mut span, &figures.energy);
+                let from = self.attributes.len();
+                let throttled = self.energy(&mut span, &figures.energy);
+                if let Some(record) = record.as_mut() {
+                    for kv in &self.attributes[from..] {
+                        record.read(kv.key.as_str(), Attr::of_value(&kv.value));
+                    }
+                    if throttled {
+                        record.mark_throttled();
+                    }
+                }
             }
             // Sized exactly: a list the allocator can hand back as it was freed.
             let mut attributes = Vec::with_capacity(span.attributes.len() + self.attributes.len());
@@ -177,8 +186,9 @@ impl Accept for SpanIntake {
 
 impl SpanIntake {
     /// Adds the span's energy and throttle attributes, and its `gpu.throttled` event when
-    /// the clocks were held down for more than the threshold's share of it.
-    fn energy(&mut self, span: &mut SpanData, energy: &SpanEnergy) {
+    /// the clocks were held down for more than the threshold's share of it; whether it got
+    /// that event.
+    fn energy(&mut self, span: &mut SpanData, energy: &SpanEnergy) -> bool {
         let batch_size = span
             .attributes
             .iter()
@@ -198,10 +208,10 @@ impl SpanIntake {
             device_keys: self.shared.energy_keys(),
         };
         energy.write(&context, &mut self.attributes);
-        if energy
+        let throttled = energy
             .throttle_share()
-            .is_some_and(|share| share > 0.0 && share >= self.throttle_threshold)
-        {
+            .is_some_and(|share| share > 0.0 && share >= self.throttle_threshold);
+        if throttled {
             let mut attributes = Vec::with_capacity(3);
             energy.throttle_attributes(&mut attributes);
             span.events.events.push(opentelemetry::trace::Event::new(
@@ -211,6 +221,7 @@ impl SpanIntake {
                 0,
             ));
         }
+        throttled
     }
 }
 

@@ -18,7 +18,7 @@ pub use columns::Number;
 use columns::Slot;
 pub(crate) use columns::TRACED;
 pub use energy::SpanEnergy;
-pub(crate) use read::RecordBuilder;
+pub(crate) use read::{Attr, RecordBuilder};
 pub(crate) use reading::AtomicReading;
 pub(crate) use reading::Reading;
 

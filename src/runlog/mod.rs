@@ -8,15 +8,17 @@ pub mod sampler;
 pub(crate) mod setup;
 mod summary;
 pub(crate) mod tfevents;
+pub mod throttle;
 
 pub use crate::config::{default_run_root, RANK_DIR_PREFIX};
 pub use crate::diagnose::{Marker, DIAGNOSIS_EVENTS, LIMITS_FILE};
-pub use crate::record::{DeviceFigures, GpuId, Memory, Role, SpanRecord};
+pub use crate::record::{DeviceFigures, EnergyFigures, GpuId, Memory, Role, SpanRecord};
 pub use crate::timeline::file::{
     read_timeline, Figure, Series, Timeline, TimelineDevice, TimelineEncoder, TimelineError,
     TimelineFormatError, TIMELINE_FILE,
 };
 pub use crate::util::bytes;
+pub use crate::util::energy;
 pub(crate) use summary::SummaryTap;
 pub use summary::{read_run, read_run_and, EpochSummary, EpochTable, RunSummary};
 

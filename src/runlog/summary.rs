@@ -8,8 +8,10 @@ use std::path::Path;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
+use super::throttle::{reasons_text, Throttled};
 use crate::record::{Memory, Role, SpanRecord};
 use crate::util::bytes::{human, signed};
+use crate::util::energy::{joules, watts};
 
 /// One row of the summary.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +30,20 @@ pub struct EpochSummary {
     pub host: Option<Memory>,
     /// The span's error status message, if any (a device lost, a panic).
     pub error: Option<String>,
+    /// `gpu.energy` of the epoch, in joules, where its devices' energy was read.
+    pub energy: Option<f64>,
+    /// Whether that figure was estimated from power readings (`gpu.energy.estimated`).
+    pub energy_estimated: bool,
+    /// `gpu.power.avg` of the epoch, in watts.
+    pub power: Option<f64>,
+    /// The mean `gpu.energy` of the epoch's steps that carry one, in joules.
+    pub step_energy: Option<f64>,
+    /// The epoch's steps that carry a `gpu.throttled` event.
+    pub throttled: Throttled,
+    /// The epoch span's own `gpu.throttled` event, as its reasons and lowest clock
+    /// (` (sw_power_cap; SM clock down to 1210 MHz)`): a run of steps too short for a
+    /// power reading each still shows that its clocks were held down.
+    pub epoch_throttled: Option<String>,
 }
 
 /// What a run directory holds.
@@ -54,8 +70,17 @@ pub struct RunSummary {
 #[derive(Debug, Default)]
 pub struct EpochTable {
     epochs: Vec<([u8; 8], EpochSummary)>,
-    steps_by_parent: HashMap<[u8; 8], usize>,
+    steps_by_parent: HashMap<[u8; 8], ParentSteps>,
     source: Option<String>,
+}
+
+/// What an epoch's steps add to its row.
+#[derive(Debug, Default)]
+struct ParentSteps {
+    count: usize,
+    /// The sum of the steps' energy, and how many steps carry one.
+    energy: (f64, usize),
+    throttled: Throttled,
 }
 
 impl EpochTable {
@@ -65,9 +90,15 @@ impl EpochTable {
             self.source.clone_from(&record.source);
         }
         match record.role {
-            Role::Step(_) => {
+            Role::Step(step) => {
                 if let Some(parent) = record.parent_span_id {
-                    *self.steps_by_parent.entry(parent).or_default() += 1;
+                    let steps = self.steps_by_parent.entry(parent).or_default();
+                    steps.count += 1;
+                    if let Some(joules) = record.energy.joules {
+                        steps.energy.0 += joules;
+                        steps.energy.1 += 1;
+                    }
+                    steps.throttled.add(step, &record.energy);
                 }
             }
             Role::Epoch(epoch) => self.epochs.push((
@@ -80,6 +111,15 @@ impl EpochTable {
                     process_gpu_peak: record.process_gpu.map(|m| m.peak),
                     host: record.host,
                     error: record.error.clone(),
+                    energy: record.energy.joules,
+                    energy_estimated: record.energy.estimated,
+                    power: record.energy.power_watts,
+                    step_energy: None,
+                    throttled: Throttled::default(),
+                    epoch_throttled: record.energy.throttled.then(|| {
+                        let reasons = record.energy.throttle_reasons.iter().cloned().collect();
+                        reasons_text(&reasons, record.energy.sm_clock_min_mhz)
+                    }),
                 },
             )),
             Role::Other => {}
@@ -91,9 +131,15 @@ impl EpochTable {
         let mut epochs: Vec<EpochSummary> = self
             .epochs
             .iter()
-            .map(|(id, row)| EpochSummary {
-                steps: self.steps_by_parent.get(id).copied().unwrap_or(0),
-                ..row.clone()
+            .map(|(id, row)| match self.steps_by_parent.get(id) {
+                Some(steps) => EpochSummary {
+                    steps: steps.count,
+                    step_energy: (steps.energy.1 > 0)
+                        .then(|| steps.energy.0 / steps.energy.1 as f64),
+                    throttled: steps.throttled.clone(),
+                    ..row.clone()
+                },
+                None => row.clone(),
             })
             .collect();
         epochs.sort_by_key(|row| row.epoch);
@@ -196,6 +242,8 @@ impl RunSummary {
         } else {
             let gpu = self.epochs.iter().any(|e| e.gpu.is_some());
             let process = self.epochs.iter().any(|e| e.process_gpu_peak.is_some());
+            let energy = self.epochs.iter().any(|e| e.energy.is_some());
+            let step_energy = self.epochs.iter().any(|e| e.step_energy.is_some());
             let mut header = vec!["epoch", "steps", "duration"];
             if gpu {
                 header.extend(["gpu start", "gpu peak", "gpu end", "gpu delta"]);
@@ -204,6 +252,12 @@ impl RunSummary {
                 header.push("proc gpu peak");
             }
             header.extend(["host start", "host peak", "host end"]);
+            if energy {
+                header.extend(["energy", "power"]);
+            }
+            if step_energy {
+                header.push("energy/step");
+            }
             let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
             for e in &self.epochs {
                 let mut row = vec![
@@ -229,10 +283,20 @@ impl RunSummary {
                     Some(m) => row.extend([human(m.start), human(m.peak), human(m.end)]),
                     None => row.extend(["-".into(), "-".into(), "-".into()]),
                 }
+                if energy {
+                    row.push(e.energy.map_or("-".into(), |j| {
+                        let tilde = if e.energy_estimated { "~" } else { "" };
+                        format!("{tilde}{}", joules(j))
+                    }));
+                    row.push(e.power.map_or("-".into(), watts));
+                }
+                if step_energy {
+                    row.push(e.step_energy.map_or("-".into(), joules));
+                }
                 if let Some(error) = &e.error {
                     row.push(format!("error: {error}"));
                 }
-                row.extend(self.marks_of(e.epoch));
+                row.extend(self.marks_of(e));
                 rows.push(row);
             }
             let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -265,6 +329,9 @@ impl RunSummary {
                 );
             }
         }
+        if let Some(line) = self.energy_line() {
+            let _ = writeln!(out, "{line}");
+        }
         for note in &self.notes {
             let _ = writeln!(out, "{note}");
         }
@@ -276,14 +343,57 @@ impl RunSummary {
 }
 
 impl RunSummary {
-    /// The diagnosis marks of one epoch, joined into one cell (none: no cell).
-    fn marks_of(&self, epoch: i64) -> Option<String> {
-        let marks: Vec<&str> = self
-            .marks
-            .iter()
-            .filter(|(e, _)| *e == epoch)
-            .map(|(_, m)| m.as_str())
+    /// The marks of one epoch, its throttled steps first, then its diagnosis marks, joined
+    /// into one cell (none: no cell).
+    fn marks_of(&self, row: &EpochSummary) -> Option<String> {
+        let throttled = if !row.throttled.is_empty() {
+            Some(format!("throttled {}", row.throttled.describe()))
+        } else {
+            row.epoch_throttled
+                .as_ref()
+                .map(|reasons| format!("throttled{reasons}"))
+        };
+        let marks: Vec<&str> = throttled
+            .as_deref()
+            .into_iter()
+            .chain(
+                self.marks
+                    .iter()
+                    .filter(|(e, _)| *e == row.epoch)
+                    .map(|(_, m)| m.as_str()),
+            )
             .collect();
         (!marks.is_empty()).then(|| format!("<- {}", marks.join(", ")))
+    }
+
+    /// `energy: 1.23 kJ over 3 epochs, 280 W on average`, with what a `~` means when an
+    /// epoch's figure is an estimate; `None` when no epoch has one.
+    pub fn energy_line(&self) -> Option<String> {
+        let with: Vec<&EpochSummary> = self.epochs.iter().filter(|e| e.energy.is_some()).collect();
+        if with.is_empty() {
+            return None;
+        }
+        let total: f64 = with.iter().filter_map(|e| e.energy).sum();
+        let seconds: f64 = with.iter().map(|e| e.seconds).sum();
+        let mut line = format!(
+            "energy: {} over {} epoch{}",
+            joules(total),
+            with.len(),
+            if with.len() == 1 { "" } else { "s" }
+        );
+        if seconds > 0.0 {
+            let _ = write!(line, ", {} on average", watts(total / seconds));
+        }
+        if with.len() < self.epochs.len() {
+            let _ = write!(
+                line,
+                " ({} without a figure: a counter went back or stopped answering)",
+                self.epochs.len() - with.len()
+            );
+        }
+        if with.iter().any(|e| e.energy_estimated) {
+            line.push_str("; ~ an estimate from power readings");
+        }
+        Some(line)
     }
 }

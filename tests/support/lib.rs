@@ -16,6 +16,7 @@ pub mod jaeger_api;
 pub mod mlflow;
 pub mod otlp_requests;
 pub mod pictures;
+pub mod power_window;
 pub mod prometheus_server;
 pub mod prometheus_text;
 pub mod python_otel;

@@ -78,6 +78,8 @@ pub(super) struct Point {
     pub(super) allocated_peak: Option<i64>,
     pub(super) non_allocator_peak: Option<i64>,
     pub(super) batch_size: Option<i64>,
+    /// `gpu.energy` (of the device, on a device's row), in millijoules.
+    pub(super) energy_mj: Option<i64>,
     pub(super) trace_id: [u8; 16],
     pub(super) span_id: [u8; 8],
 }
@@ -94,7 +96,17 @@ pub(super) fn rows(side: &Side, one_run: bool) -> BTreeMap<RowKey, Series> {
         let places = places(&rank.spans);
         for (span, place) in rank.spans.iter().zip(places) {
             let mut add = |device: Device, start, peak, end, framework: bool| {
+                let joules = match device {
+                    Device::All => span.energy.joules,
+                    Device::Gpu(id) => span
+                        .energy
+                        .devices
+                        .iter()
+                        .find(|(d, _)| *d == id)
+                        .map(|(_, j)| *j),
+                };
                 let point = Point {
+                    energy_mj: joules.map(|j| (j * 1000.0).round() as i64),
                     start,
                     peak,
                     end,

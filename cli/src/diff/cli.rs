@@ -15,7 +15,9 @@ pub struct Args {
     new: PathBuf,
     /// How much a figure may grow before the command exits 1: `5%` or `512MiB` for the
     /// peak, or by figure, such as peak=5%,growth=256MiB (figures: peak, growth,
-    /// allocator_peak, non_allocator_peak, bytes_per_sample). May be repeated.
+    /// allocator_peak, non_allocator_peak, bytes_per_sample, and energy, by a percentage
+    /// only: energy=10%). Energy is compared but not held to a limit unless named. May be
+    /// repeated.
     #[arg(long, value_name = "LIMITS")]
     max_increase: Vec<String>,
     /// Prints Markdown, for a pull request's comment.

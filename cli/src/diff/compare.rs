@@ -247,11 +247,15 @@ fn figures<'a>(
     key: &RowKey,
     points: impl Iterator<Item = (Place, &'a Point)> + Clone,
     fit_limit: Option<i64>,
-) -> ([Option<i64>; 6], SpanRef) {
+) -> ([Option<i64>; 7], SpanRef) {
     let mut worst: Option<(Place, &Point)> = None;
     let (mut first, mut last) = (None, None);
     let (mut allocated, mut non_allocator) = (None::<i64>, None::<i64>);
+    let mut energy = (0_i128, 0_i128);
     for (place, point) in points.clone() {
+        if let Some(mj) = point.energy_mj {
+            energy = (energy.0 + i128::from(mj), energy.1 + 1);
+        }
         if worst.is_none_or(|(_, w)| point.peak > w.peak) {
             worst = Some((place, point));
         }
@@ -281,6 +285,7 @@ fn figures<'a>(
             allocated_peak: None,
             non_allocator_peak: None,
             batch_size: None,
+            energy_mj: None,
             trace_id: [0; 16],
             span_id: [0; 8],
         },
@@ -293,6 +298,8 @@ fn figures<'a>(
             non_allocator,
             fit.map(|f| f.per_sample_bytes),
             fit.and_then(|f| f.max_batch_size),
+            // The mean, to the millijoule.
+            (energy.1 > 0).then(|| i64::try_from(energy.0 / energy.1).unwrap_or(i64::MAX)),
         ],
         SpanRef::new(key, place, point),
     )

@@ -20,30 +20,36 @@ pub enum Figure {
     BytesPerSample,
     /// The largest batch the fit says fits the run's limit.
     MaxBatchSize,
+    /// The mean `gpu.energy` of the row's spans, in millijoules: joules per step on a
+    /// `step` row, per epoch on an `epoch` row. Limited only when asked
+    /// (`energy=10%`).
+    Energy,
 }
 
 impl Figure {
     /// Every figure, in the order rows list them.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Peak,
         Self::Growth,
         Self::AllocatorPeak,
         Self::NonAllocatorPeak,
         Self::BytesPerSample,
         Self::MaxBatchSize,
+        Self::Energy,
     ];
 
     /// The figures `--max-increase` may limit (a larger batch is no regression).
-    pub const GATED: [Self; 5] = [
+    pub const GATED: [Self; 6] = [
         Self::Peak,
         Self::Growth,
         Self::AllocatorPeak,
         Self::NonAllocatorPeak,
         Self::BytesPerSample,
+        Self::Energy,
     ];
 
     /// `peak`, `growth`, `allocator_peak`, `non_allocator_peak`, `bytes_per_sample`,
-    /// `max_batch_size`.
+    /// `max_batch_size`, `energy`.
     pub const fn name(self) -> &'static str {
         match self {
             Self::Peak => "peak",
@@ -52,12 +58,18 @@ impl Figure {
             Self::NonAllocatorPeak => "non_allocator_peak",
             Self::BytesPerSample => "bytes_per_sample",
             Self::MaxBatchSize => "max_batch_size",
+            Self::Energy => "energy",
         }
     }
 
-    /// Whether the figure is a count of bytes (else of samples).
+    /// Whether the figure is a count of bytes (else of samples or millijoules).
     pub const fn is_bytes(self) -> bool {
-        !matches!(self, Self::MaxBatchSize)
+        !matches!(self, Self::MaxBatchSize | Self::Energy)
+    }
+
+    /// Whether the figure is energy, in millijoules.
+    pub const fn is_energy(self) -> bool {
+        matches!(self, Self::Energy)
     }
 }
 

@@ -105,6 +105,12 @@ impl MaxIncrease {
                 None => (Figure::Peak, part),
             };
             let limit = parse_limit(limit).map_err(bad)?;
+            if figure.is_energy() && !matches!(limit, Limit::Percent(_)) {
+                return Err(bad(format!(
+                    "energy is limited by a share of the base's, such as energy=10%, not \
+                     {limit}"
+                )));
+            }
             if self.get(figure).is_some() {
                 return Err(bad(format!("{} is limited twice", figure.name())));
             }
@@ -174,6 +180,14 @@ mod tests {
             .to_string();
         assert!(err.contains("peak is limited twice"), "{err}");
         assert!("-1%".parse::<MaxIncrease>().is_err());
+        let err = "energy=5MiB"
+            .parse::<MaxIncrease>()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("such as energy=10%"), "{err}");
+        let limits: MaxIncrease = "energy=10%".parse().unwrap();
+        assert_eq!(limits.get(Figure::Energy), Some(Limit::Percent(10.0)));
+        assert_eq!(limits.get(Figure::Peak), None);
     }
 
     #[test]

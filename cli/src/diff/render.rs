@@ -8,6 +8,7 @@ use super::align::{Device, RowKey, Series};
 use super::compare::{FigureChange, SpanRef, Unmatched};
 use super::Diff;
 use gpuspan::runlog::bytes::{human, signed};
+use gpuspan::runlog::energy::{joules, signed_joules};
 
 impl Diff {
     /// The table for a terminal: a line per figure of each row, then the worst step of each
@@ -229,6 +230,7 @@ fn cells(
     let value = |v: Option<i64>| match v {
         None => "-".to_owned(),
         Some(v) if figure.figure.is_bytes() => human(v),
+        Some(v) if figure.figure.is_energy() => joules(v as f64 / 1000.0),
         Some(v) => v.to_string(),
     };
     cells.extend([
@@ -248,13 +250,16 @@ fn cells(
     cells
 }
 
-/// `+512 MiB (+25.0 %)`, `0 B`, `-3 (-5.0 %)`, or `-` without both figures.
+/// `+512 MiB (+25.0 %)`, `0 B`, `-3 (-5.0 %)`, `+2.5 J (+9.1 %)`, or `-` without both
+/// figures.
 fn change_text(figure: &FigureChange) -> String {
     let Some(change) = figure.change else {
         return "-".to_owned();
     };
     let mut text = if figure.figure.is_bytes() {
         signed(change)
+    } else if figure.figure.is_energy() {
+        signed_joules(change as f64 / 1000.0)
     } else if change > 0 {
         format!("+{change}")
     } else {

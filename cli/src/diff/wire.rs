@@ -81,6 +81,43 @@ struct Value<'a> {
     int: Option<Number>,
     #[serde(rename = "stringValue", default, borrow)]
     string: Option<Cow<'a, str>>,
+    /// `gpu.energy` and the other figures in joules or watts.
+    #[serde(rename = "doubleValue", default)]
+    double: Option<Double>,
+}
+
+/// A float as OTLP/JSON writes one: a number, or a string (`"NaN"`, `"Infinity"`).
+#[derive(Clone, Copy)]
+struct Double(Option<f64>);
+
+impl<'de> Deserialize<'de> for Double {
+    fn deserialize<D: serde::Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Double;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number, or a string of one")
+            }
+
+            fn visit_f64<E>(self, v: f64) -> Result<Double, E> {
+                Ok(Double(Some(v)))
+            }
+
+            fn visit_i64<E>(self, v: i64) -> Result<Double, E> {
+                Ok(Double(Some(v as f64)))
+            }
+
+            fn visit_u64<E>(self, v: u64) -> Result<Double, E> {
+                Ok(Double(Some(v as f64)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Double, E> {
+                Ok(Double(v.parse().ok()))
+            }
+        }
+        input.deserialize_any(Visitor)
+    }
 }
 
 /// An integer as OTLP/JSON writes one: a string of digits, or a number.
@@ -160,11 +197,12 @@ impl WireSpan<'_> {
             })
             .filter_map(|a| {
                 let value = a.value.as_ref()?;
-                let value = match (&value.int, &value.string) {
-                    (Some(Number(Some(v))), _) => {
+                let value = match (&value.int, &value.string, value.double) {
+                    (Some(Number(Some(v))), _, _) => {
                         any_value::Value::IntValue(i64::try_from(*v).ok()?)
                     }
-                    (_, Some(s)) => any_value::Value::StringValue(s.to_string()),
+                    (_, Some(s), _) => any_value::Value::StringValue(s.to_string()),
+                    (_, _, Some(Double(Some(v)))) => any_value::Value::DoubleValue(v),
                     _ => return None,
                 };
                 Some(KeyValue {

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::envelope::envelope;
 use super::run::Run;
+use gpuspan::runlog::energy::{joules, watts};
 use gpuspan::runlog::Role;
 
 /// Buckets embedded over all devices: 2 MiB of envelope, whatever the run's length.
@@ -26,6 +27,10 @@ pub(crate) const BUCKET_BUDGET: usize = 1 << 19;
 pub(crate) const POINT_BUDGET: usize = 1 << 17;
 /// Steps embedded with their figures; a longer run keeps the steps with the highest peaks.
 pub(crate) const STEP_BUDGET: usize = 120_000;
+
+/// Bytes of one step's figures on the page: start, end, peak and index as f64, energy and
+/// power as f32 (a page of the most steps stays under 10 MB).
+const STEP_BYTES: usize = 4 * 8 + 2 * 4;
 
 const SCRIPT: &str = include_str!("page.js");
 const STYLE: &str = include_str!("page.css");
@@ -91,7 +96,7 @@ fn page_data(run: &Run) -> serde_json::Value {
             .filter(|s| matches!(s.role, Role::Step(_)))
             .count()
             .min(STEP_BUDGET);
-        let exact = points <= POINT_BUDGET && points * 16 + steps * 32 <= 4 << 20;
+        let exact = points <= POINT_BUDGET && points * 16 + steps * STEP_BYTES <= 4 << 20;
         for lane in figures {
             let env = envelope(&lane.series.points, start, width, buckets);
             let top = env.iter().flatten().map(|b| b.1).max().unwrap_or(0);
@@ -157,6 +162,31 @@ fn page_data(run: &Run) -> serde_json::Value {
             columns.extend_from_slice(&value.to_le_bytes());
         }
     }
+    // Energy then power, NaN where a step has none; an estimated energy is negative (the
+    // page writes it with a ~). Only when some step has a figure.
+    let energy = steps
+        .iter()
+        .any(|(s, _)| s.energy.joules.is_some())
+        .then(|| {
+            let mut bytes = Vec::with_capacity(steps.len() * 8);
+            for (s, _) in &steps {
+                let joules = s.energy.joules.map_or(f32::NAN, |j| {
+                    (if s.energy.estimated { -j } else { j }) as f32
+                });
+                bytes.extend_from_slice(&joules.to_le_bytes());
+            }
+            for (s, _) in &steps {
+                let watts = s.energy.power_watts.map_or(f32::NAN, |w| w as f32);
+                bytes.extend_from_slice(&watts.to_le_bytes());
+            }
+            b64(&bytes)
+        });
+    let throttled: Vec<usize> = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, (s, _))| s.energy.throttled)
+        .map(|(position, _)| position)
+        .collect();
 
     let epochs: Vec<_> = run
         .spans
@@ -167,6 +197,8 @@ fn page_data(run: &Run) -> serde_json::Value {
                 "start": ms(s.start_unix_nanos),
                 "end": ms(s.end_unix_nanos),
                 "memory": s.gpu.map(|m| [m.start, m.peak, m.end]),
+                "energy": s.energy.joules,
+                "power": s.energy.power_watts,
             })),
             _ => None,
         })
@@ -187,7 +219,13 @@ fn page_data(run: &Run) -> serde_json::Value {
         "t0": start as f64 / 1e6,
         "duration": duration_ns / 1e6,
         "lanes": lanes,
-        "steps": { "n": steps.len(), "all": all_steps, "data": b64(&columns) },
+        "steps": {
+            "n": steps.len(),
+            "all": all_steps,
+            "data": b64(&columns),
+            "energy": energy,
+            "throttled": throttled,
+        },
         "epochs": epochs,
         "markers": markers,
     })
@@ -208,11 +246,24 @@ fn tables(run: &Run) -> String {
         );
     }
     if !run.summary.epochs.is_empty() {
+        let energy = run.summary.epochs.iter().any(|e| e.energy.is_some());
+        let throttled = run
+            .summary
+            .epochs
+            .iter()
+            .any(|e| !e.throttled.is_empty() || e.epoch_throttled.is_some());
         out.push_str(
-            "<h2>Epochs</h2><table><thead><tr><th>epoch</th><th>seconds</th><th>steps</th>\
-             <th>GPU start</th><th>GPU peak</th><th>GPU end</th><th>process GPU peak</th>\
-             <th>host peak</th></tr></thead><tbody>",
+            "<h2>Epochs</h2><table id=\"epochs\"><thead><tr><th>epoch</th><th>seconds</th>\
+             <th>steps</th><th>GPU start</th><th>GPU peak</th><th>GPU end</th>\
+             <th>process GPU peak</th><th>host peak</th>",
         );
+        if energy {
+            out.push_str("<th>energy</th><th>power</th><th>energy/step</th>");
+        }
+        if throttled {
+            out.push_str("<th>throttled</th>");
+        }
+        out.push_str("</tr></thead><tbody>");
         for row in &run.summary.epochs {
             let gpu = |f: fn(&gpuspan::runlog::Memory) -> i64| {
                 row.gpu.as_ref().map_or("-".into(), |m| mib(f(m)))
@@ -220,7 +271,7 @@ fn tables(run: &Run) -> String {
             let _ = write!(
                 out,
                 "<tr><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td></tr>",
+                 <td>{}</td><td>{}</td>",
                 row.epoch,
                 row.seconds,
                 row.steps,
@@ -230,8 +281,34 @@ fn tables(run: &Run) -> String {
                 row.process_gpu_peak.map_or("-".into(), mib),
                 row.host.as_ref().map_or("-".into(), |m| mib(m.peak)),
             );
+            if energy {
+                let tilde = if row.energy_estimated { "~" } else { "" };
+                let _ = write!(
+                    out,
+                    "<td>{}</td><td>{}</td><td>{}</td>",
+                    row.energy
+                        .map_or("-".into(), |j| format!("{tilde}{}", joules(j))),
+                    row.power.map_or("-".into(), watts),
+                    row.step_energy.map_or("-".into(), joules),
+                );
+            }
+            if throttled {
+                let _ = write!(
+                    out,
+                    "<td class=\"throttled\">{}</td>",
+                    match (&row.epoch_throttled, row.throttled.is_empty()) {
+                        (_, false) => escape(&row.throttled.describe()),
+                        (Some(reasons), true) => escape(&format!("the epoch{reasons}")),
+                        (None, true) => "-".to_owned(),
+                    }
+                );
+            }
+            out.push_str("</tr>");
         }
         out.push_str("</tbody></table>");
+        if let Some(line) = run.summary.energy_line() {
+            let _ = write!(out, "<p id=\"energy\">{}</p>", escape(&line));
+        }
     }
     if let Some(fit) = &run.fit {
         let _ = write!(

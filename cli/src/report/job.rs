@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 
 use super::html::escape;
 use gpuspan::runlog::bytes::human;
+use gpuspan::runlog::energy::{joules, watts};
 use gpuspan::runlog::ranks::{percent, step_label, JobRow, JobTable, StepKey};
 
 /// Columns drawn at most: a longer job shows each column as the highest of the steps it
@@ -31,6 +32,7 @@ pub fn job_html(job: &JobTable, name: &str) -> String {
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>gpuspan · job {title}</title><style>{STYLE}\
          .lane .bar{{fill:#0969da}}.lane .bar.worst{{fill:#cf222e}}\
+         .lane .bar.throttled{{stroke:#bf8700;stroke-width:2}}\
          .lane text{{font:12px system-ui,sans-serif;fill:#1f2328}}\
          .alarm{{color:#cf222e;font-weight:600}}</style></head><body>\
          <header><h1>gpuspan · job {title} · {n} ranks</h1><p class=\"hint\">A lane per \
@@ -52,8 +54,16 @@ pub fn job_html(job: &JobTable, name: &str) -> String {
             escape(&line)
         );
     }
+    for line in job.throttled_ranks() {
+        let _ = write!(
+            page,
+            "<p class=\"alarm\" data-throttled>{}</p>",
+            escape(&line)
+        );
+    }
     page.push_str(&lanes(job));
     page.push_str(&epoch_table(job));
+    page.push_str(&energy_table(job));
     page.push_str("</body></html>\n");
     page
 }
@@ -106,32 +116,38 @@ fn lanes(job: &JobTable) -> String {
         for (column, chunk) in keys.chunks(per_column).enumerate() {
             // The column's highest step of this rank, and whether this rank was the worst
             // at any step of it.
-            let mut highest: Option<(StepKey, i64, f64)> = None;
+            let mut highest: Option<(StepKey, i64, f64, Option<f64>)> = None;
             let mut worst = false;
+            let mut throttled = false;
             for key in chunk {
                 let Some(figures) = steps.get(key) else {
                     continue;
                 };
+                throttled |= figures.throttled;
                 worst |= rows
                     .get(key)
                     .and_then(|row| row.worst.as_ref())
                     .is_some_and(|(w, _)| w == rank);
                 if let Some(peak) = figures.peak {
-                    if highest.is_none_or(|(_, p, _)| peak > p) {
-                        highest = Some((*key, peak, figures.seconds));
+                    if highest.is_none_or(|(_, p, _, _)| peak > p) {
+                        highest = Some((*key, peak, figures.seconds, figures.energy));
                     }
                 }
             }
-            let Some((key, peak, seconds)) = highest else {
+            let Some((key, peak, seconds, energy)) = highest else {
                 continue;
             };
             let bar = (LANE_HEIGHT - 12.0) * peak as f64 / top as f64;
             let _ = write!(
                 svg,
-                "<rect class=\"bar{worst}\" x=\"{x:.2}\" y=\"{y:.2}\" width=\"{w:.2}\" \
-                 height=\"{bar:.2}\" data-step=\"{step}\" data-peak=\"{peak}\">\
-                 <title>rank {r} · {label}: peak {human}, {seconds:.3} s</title></rect>",
+                "<rect class=\"bar{worst}{throttle}\" x=\"{x:.2}\" y=\"{y:.2}\" \
+                 width=\"{w:.2}\" height=\"{bar:.2}\" data-step=\"{step}\" \
+                 data-peak=\"{peak}\"><title>rank {r} · {label}: peak {human}, \
+                 {seconds:.3} s{energy}{throttle_text}</title></rect>",
                 worst = if worst { " worst" } else { "" },
+                throttle = if throttled { " throttled" } else { "" },
+                throttle_text = if throttled { ", throttled" } else { "" },
+                energy = energy.map_or(String::new(), |j| format!(", {}", joules(j))),
                 x = LABEL_WIDTH + width * column as f64,
                 y = y0 + LANE_HEIGHT - 6.0 - bar,
                 w = (width - 0.5).max(0.5),
@@ -189,5 +205,34 @@ fn epoch_table(job: &JobTable) -> String {
     if let Some(line) = job.steps_summary() {
         let _ = write!(out, "<p id=\"job-steps\">{}</p>", escape(&line));
     }
+    out
+}
+
+/// Each rank's energy over its run and the job's, as HTML; nothing when no rank has a
+/// figure.
+fn energy_table(job: &JobTable) -> String {
+    let Some((total, power)) = job.job_energy() else {
+        return String::new();
+    };
+    let mut out = String::from(
+        "<h2>Energy</h2><table id=\"job-energy\"><thead><tr><th>rank</th><th>energy</th>\
+         <th>power</th></tr></thead><tbody>",
+    );
+    for rank in job.energy_by_rank() {
+        let _ = write!(
+            out,
+            "<tr data-rank=\"{r}\"><td>{r}</td><td>{}</td><td>{}</td></tr>",
+            escape(&rank.energy_text()),
+            rank.watts.map_or("-".into(), watts),
+            r = escape(&rank.rank),
+        );
+    }
+    let _ = write!(
+        out,
+        "</tbody><tfoot><tr id=\"job-energy-total\"><th>job</th><th>{}</th><th>{}</th></tr>\
+         </tfoot></table>",
+        joules(total),
+        watts(power)
+    );
     out
 }

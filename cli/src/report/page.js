@@ -46,7 +46,12 @@
 
   const S = (function () {
     const n = D.steps.n, f = new Float64Array(bytesOf(D.steps.data));
-    return { n: n, start: f.subarray(0, n), end: f.subarray(n, 2 * n), peak: f.subarray(2 * n, 3 * n), index: f.subarray(3 * n, 4 * n) };
+    // Energy and power (f32), where the steps carry them; the throttled steps by position.
+    const e = D.steps.energy ? new Float32Array(bytesOf(D.steps.energy)) : new Float32Array(2 * n).fill(NaN);
+    const throttled = new Uint8Array(n);
+    for (const i of D.steps.throttled || []) throttled[i] = 1;
+    return { n: n, start: f.subarray(0, n), end: f.subarray(n, 2 * n), peak: f.subarray(2 * n, 3 * n), index: f.subarray(3 * n, 4 * n),
+      energy: e.subarray(0, n), power: e.subarray(n, 2 * n), throttled: throttled };
   })();
   // Steps are shaded from green to red over the range of their peaks (no shading when
   // the peaks are within 1 % of each other).
@@ -237,7 +242,16 @@
     const p = S.peak[i];
     return "step " + S.index[i] + "\nstart " + rel(S.start[i]) + "  (" + clock(S.start[i]) + ")\nend   " +
       rel(S.end[i]) + "  (" + clock(S.end[i]) + ")\nduration " + rel(S.end[i] - S.start[i]) +
-      "\npeak " + (isNaN(p) ? "-" : p.toFixed(0) + " B (" + mib(p) + ")");
+      "\npeak " + (isNaN(p) ? "-" : p.toFixed(0) + " B (" + mib(p) + ")") + energyText(S.energy[i], S.power[i]) +
+      (S.throttled[i] > 0 ? "\nthrottled (gpu.throttled)" : "");
+  }
+
+  // "energy 28.0 J (280 W)"; a negative figure is an estimate from power readings.
+  function energyText(j, w) {
+    if (isNaN(j)) return "";
+    const a = Math.abs(j);
+    const text = a < 1e3 ? a.toFixed(1) + " J" : a < 1e6 ? (a / 1e3).toFixed(2) + " kJ" : (a / 3.6e6).toFixed(2) + " kWh";
+    return "\nenergy " + (j < 0 ? "~" : "") + text + (isNaN(w) ? "" : " (" + (w >= 100 ? w.toFixed(0) : w.toFixed(1)) + " W)");
   }
 
   function tipText(x, y) {
@@ -254,7 +268,8 @@
       const t = tOf(x);
       for (const e of D.epochs) if (e.start <= t && t <= e.end) {
         return "epoch " + e.epoch + "\nstart " + rel(e.start) + "\nend   " + rel(e.end) +
-          (e.memory ? "\nGPU start " + mib(e.memory[0]) + "\nGPU peak  " + e.memory[1] + " B (" + mib(e.memory[1]) + ")\nGPU end   " + mib(e.memory[2]) : "");
+          (e.memory ? "\nGPU start " + mib(e.memory[0]) + "\nGPU peak  " + e.memory[1] + " B (" + mib(e.memory[1]) + ")\nGPU end   " + mib(e.memory[2]) : "") +
+          (e.energy == null ? "" : energyText(e.energy, e.power == null ? NaN : e.power));
       }
       return null;
     }
@@ -301,7 +316,8 @@
     zoom: zoom,
     columns: function (li) { const c = columns(li); return { lo: Array.from(c.lo), hi: Array.from(c.hi) }; },
     xOf: xOf, yOf: yOf, laneY: laneY, lane: LANE, left: LEFT, plotWidth: plotW,
-    steps: function () { return { n: S.n, start: Array.from(S.start), end: Array.from(S.end), peak: Array.from(S.peak), index: Array.from(S.index) }; },
+    steps: function () { return { n: S.n, start: Array.from(S.start), end: Array.from(S.end), peak: Array.from(S.peak), index: Array.from(S.index), energy: Array.from(S.energy), power: Array.from(S.power), throttled: Array.from(S.throttled) }; },
+    stepText: stepText,
     stepY: function () { return stepY() + STEP_H / 2; },
     ready: true,
   };

@@ -1,6 +1,7 @@
 //! The `train` example run as a user runs it, on the fake NVML, twice with the same memory
 //! and once with a change that holds 256 MiB more: `gpuspan diff` on the run directories
-//! passes the rerun and fails the change.
+//! passes the rerun and fails the change. The fake GPU draws no power, so that the energy
+//! rows read the same on every run.
 
 use std::path::Path;
 use std::process::Command;
@@ -19,6 +20,7 @@ fn train(fake: &FakeNvml, root: &Path, id: &str, used_mib: &str) {
             ("GPUSPAN_RUN_ID", id),
             ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
             ("FAKE_NVML_USED_MIB", used_mib),
+            ("FAKE_NVML_POWER_W", "0"),
         ],
     );
     assert!(
@@ -78,8 +80,10 @@ phase  device  compared  figure               base      new  change  limit
 step   all            8  peak              2.0 GiB  2.0 GiB     0 B  5%: ok
 step   all            8  growth                0 B      0 B     0 B
 step   all            8  bytes_per_sample      0 B      0 B     0 B
+step   all            8  energy              0.0 J    0.0 J   0.0 J
 epoch  all            2  peak              2.0 GiB  2.0 GiB     0 B  5%: ok
 epoch  all            2  growth                0 B      0 B     0 B
+epoch  all            2  energy              0.0 J    0.0 J   0.0 J
 "
         ),
         "{stdout}"
@@ -96,8 +100,10 @@ phase  device  compared  figure               base      new              change 
 step   all            8  peak              2.0 GiB  2.2 GiB  +256 MiB (+12.5 %)  5%: past
 step   all            8  growth                0 B      0 B                 0 B
 step   all            8  bytes_per_sample      0 B      0 B                 0 B
+step   all            8  energy              0.0 J    0.0 J               0.0 J
 epoch  all            2  peak              2.0 GiB  2.2 GiB  +256 MiB (+12.5 %)  5%: past
 epoch  all            2  growth                0 B      0 B                 0 B
+epoch  all            2  energy              0.0 J    0.0 J               0.0 J
 
 worst step in base: epoch 0 step 0, 2.0 GiB (trace {base_trace})
 worst step in new: epoch 0 step 0, 2.2 GiB (trace {change_trace})

@@ -154,7 +154,7 @@ fn limits_by_figure_gate_each_figure_alone() {
         "gpuspan diff: --max-increase \"peak=5%,peak=1GiB\": peak is limited twice; expected a \
          limit on the peak such as 5% or 512MiB, or limits by figure such as \
          peak=5%,growth=256MiB (figures: peak, growth, allocator_peak, non_allocator_peak, \
-         bytes_per_sample)\n"
+         bytes_per_sample, energy)\n"
     );
 }
 

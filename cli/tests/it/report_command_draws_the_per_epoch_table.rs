@@ -1,5 +1,6 @@
 //! `gpuspan report` reads a run directory back and draws the same table the run printed,
-//! and says clearly what is wrong with a directory that is not a run.
+//! its energy and throttling included, and says clearly what is wrong with a directory
+//! that is not a run.
 
 use gpuspan_test_support as support;
 
@@ -65,6 +66,60 @@ fn report_matches_the_summary_printed_at_shutdown() {
         let table = without_durations(text.lines().skip(1));
         assert_eq!(table, table_at_shutdown);
     }
+}
+
+#[test]
+fn the_energy_and_throttled_marks_match_the_summary_printed_at_shutdown() {
+    let fake = support::fake_nvml::FakeNvml::build();
+    let root = tempfile::tempdir().unwrap();
+    // The clocks held down by the power cap (0x4) and a hardware slowdown (0x8) throughout.
+    let live = root.path().join("live");
+    std::fs::write(&live, "reasons 0 12\nsm_clock 0 1305\n").unwrap();
+    let out = run_train(
+        &["--epochs", "2", "--steps", "20", "--hidden", "400"],
+        &[
+            ("GPUSPAN_RUN_DIR", root.path().to_str().unwrap()),
+            ("GPUSPAN_RUN_ID", "hot"),
+            ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
+            ("FAKE_NVML_POWER_W", "250"),
+            ("FAKE_NVML_LIVE_FILE", live.to_str().unwrap()),
+        ],
+    );
+    let printed = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{printed}");
+    let table = |text: &str| -> Vec<String> {
+        without_durations(
+            text.lines()
+                .skip_while(|l| !l.starts_with("epoch  steps"))
+                .take(3),
+        )
+    };
+    let at_shutdown = table(&printed);
+    assert!(
+        at_shutdown[0].ends_with("  energy  power  energy/step"),
+        "{printed}"
+    );
+    for row in &at_shutdown[1..] {
+        assert!(row.contains(" W  "), "a power in every row: {printed}");
+        assert!(
+            row.contains("<- throttled")
+                && row.ends_with("(hw_slowdown, sw_power_cap; SM clock down to 1305 MHz)"),
+            "{printed}"
+        );
+    }
+    let energy_line = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("energy: "))
+            .map(str::to_owned)
+    };
+    let line = energy_line(&printed).expect("the run's energy line");
+    assert!(line.contains(" over 2 epochs, "), "{line}");
+
+    let report = gpuspan(&["report", root.path().join("hot").to_str().unwrap()]);
+    assert!(report.status.success());
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert_eq!(table(&text), at_shutdown);
+    assert_eq!(energy_line(&text), Some(line));
 }
 
 #[test]

@@ -9,15 +9,57 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 
 use super::columns::{DeviceFigure, Slot, TRACED};
 use crate::names::{attribute as attr, span as span_name};
-use crate::record::{DeviceFigures, GpuId, Memory, Role, SpanRecord};
+use crate::record::{DeviceFigures, EnergyFigures, GpuId, Memory, Role, SpanRecord};
 use crate::util::time::unix_nanos;
 
 /// An attribute value, borrowed from either representation.
-#[derive(Debug, Clone, Copy)]
-enum Attr<'a> {
+#[derive(Debug, Clone)]
+pub(crate) enum Attr<'a> {
     Int(i64),
+    Float(f64),
+    Bool(bool),
     Str(&'a str),
+    /// A string array (`gpu.throttle.reasons`).
+    Strs(Vec<&'a str>),
     Other,
+}
+
+impl<'a> Attr<'a> {
+    /// An OTel attribute value, as the export thread holds it.
+    pub(crate) fn of_value(value: &'a opentelemetry::Value) -> Self {
+        use opentelemetry::{Array, Value};
+        match value {
+            Value::I64(v) => Self::Int(*v),
+            Value::F64(v) => Self::Float(*v),
+            Value::Bool(v) => Self::Bool(*v),
+            Value::String(s) => Self::Str(s.as_str()),
+            Value::Array(Array::String(items)) => {
+                Self::Strs(items.iter().map(|s| s.as_str()).collect())
+            }
+            _ => Self::Other,
+        }
+    }
+
+    /// An OTLP attribute value, as a run directory holds it.
+    fn of_proto(value: Option<&'a ProtoValue>) -> Self {
+        match value {
+            Some(ProtoValue::IntValue(v)) => Self::Int(*v),
+            Some(ProtoValue::DoubleValue(v)) => Self::Float(*v),
+            Some(ProtoValue::BoolValue(v)) => Self::Bool(*v),
+            Some(ProtoValue::StringValue(s)) => Self::Str(s.as_str()),
+            Some(ProtoValue::ArrayValue(array)) => Self::Strs(
+                array
+                    .values
+                    .iter()
+                    .filter_map(|v| match v.value.as_ref() {
+                        Some(ProtoValue::StringValue(s)) => Some(s.as_str()),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            _ => Self::Other,
+        }
+    }
 }
 
 /// The slot of an integer key, from the attribute table and the span's own indices.
@@ -46,6 +88,7 @@ pub(crate) struct RecordBuilder {
     batch_size_unreadable: bool,
     source: Option<String>,
     devices: Vec<DeviceFigures>,
+    energy: EnergyFigures,
 }
 
 impl RecordBuilder {
@@ -65,7 +108,13 @@ impl RecordBuilder {
             batch_size_unreadable: false,
             source: None,
             devices: Vec::new(),
+            energy: EnergyFigures::default(),
         }
+    }
+
+    /// The span got a `gpu.throttled` event.
+    pub(crate) fn mark_throttled(&mut self) {
+        self.energy.throttled = true;
     }
 
     /// Sets a slot unless an earlier attribute already did.
@@ -103,15 +152,20 @@ impl RecordBuilder {
         *slot = Some(value);
     }
 
-    /// Reads one attribute of the span's own.
-    fn read(&mut self, key: &str, value: Attr<'_>) {
+    /// Reads one attribute: the span's own, or one of the energy attributes the export
+    /// thread has just written (they are few, and read back here so that the record and
+    /// the span cannot disagree).
+    pub(crate) fn read(&mut self, key: &str, value: Attr<'_>) {
+        if key.starts_with("gpu.") && self.read_energy(key, &value) {
+            return;
+        }
         if key == attr::BATCH_SIZE {
             // A string that is a whole number counts: other programs' spans, and runs
             // recorded before unsigned fields were exported as integers.
             let parsed = match value {
                 Attr::Int(v) => Some(v),
                 Attr::Str(s) => s.trim().parse::<i64>().ok(),
-                Attr::Other => None,
+                _ => None,
             };
             match parsed {
                 Some(v) => {
@@ -135,6 +189,54 @@ impl RecordBuilder {
         }
     }
 
+    /// Reads an energy or clock attribute; whether `key` was one.
+    fn read_energy(&mut self, key: &str, value: &Attr<'_>) -> bool {
+        let energy = &mut self.energy;
+        let float = match *value {
+            Attr::Float(v) => Some(v),
+            Attr::Int(v) => Some(v as f64),
+            _ => None,
+        };
+        match key {
+            attr::GPU_ENERGY => energy.joules = energy.joules.or(float),
+            attr::GPU_POWER_AVG => energy.power_watts = energy.power_watts.or(float),
+            attr::GPU_ENERGY_PER_SAMPLE => energy.per_sample = energy.per_sample.or(float),
+            attr::GPU_THROTTLE_SHARE => energy.throttle_share = energy.throttle_share.or(float),
+            attr::GPU_ENERGY_ESTIMATED => energy.estimated |= matches!(value, Attr::Bool(true)),
+            attr::GPU_CLOCK_SM_MIN => {
+                if let Attr::Int(v) = *value {
+                    energy.sm_clock_min_mhz.get_or_insert(v);
+                }
+            }
+            attr::GPU_ENERGY_SCOPE => {
+                if let (Attr::Str(s), None) = (value, &energy.scope) {
+                    energy.scope = Some((*s).to_owned());
+                }
+            }
+            attr::GPU_THROTTLE_REASONS => {
+                if let (Attr::Strs(names), true) = (value, energy.throttle_reasons.is_empty()) {
+                    energy.throttle_reasons = names.iter().map(|n| (*n).to_owned()).collect();
+                }
+            }
+            _ => {
+                let Some(id) = key
+                    .strip_prefix(attr::GPU_DEVICE_PREFIX)
+                    .and_then(|rest| rest.strip_suffix(attr::GPU_DEVICE_ENERGY_SUFFIX))
+                    .and_then(|id| id.parse::<GpuId>().ok())
+                else {
+                    return false;
+                };
+                if let Some(joules) = float {
+                    match energy.devices.iter_mut().find(|(d, _)| *d == id) {
+                        Some(device) => device.1 = joules,
+                        None => energy.devices.push((id, joules)),
+                    }
+                }
+            }
+        }
+        true
+    }
+
     /// The record.
     pub(crate) fn finish(mut self) -> SpanRecord {
         let slot = |s: Slot| self.slots[s as usize];
@@ -153,6 +255,7 @@ impl RecordBuilder {
             _ => Role::Other,
         };
         self.devices.sort_by_key(|d| d.id);
+        self.energy.devices.sort_by_key(|d| d.0);
         SpanRecord {
             role,
             trace_id: self.ids.0,
@@ -172,13 +275,13 @@ impl RecordBuilder {
             source: self.source,
             error: self.error,
             name: self.name,
+            energy: self.energy,
         }
     }
 
     /// Starts reading a span as the SDK hands it to an exporter.
     pub(crate) fn from_span_data(span: &opentelemetry_sdk::trace::SpanData) -> Self {
         use opentelemetry::trace::Status;
-        use opentelemetry::Value;
         let parent = span.parent_span_id;
         let parent = (parent != opentelemetry::trace::SpanId::INVALID).then(|| parent.to_bytes());
         let error = match &span.status {
@@ -196,12 +299,14 @@ impl RecordBuilder {
             error,
         );
         for kv in &span.attributes {
-            let value = match &kv.value {
-                Value::I64(v) => Attr::Int(*v),
-                Value::String(s) => Attr::Str(s.as_str()),
-                _ => Attr::Other,
-            };
-            record.read(kv.key.as_str(), value);
+            record.read(kv.key.as_str(), Attr::of_value(&kv.value));
+        }
+        if span
+            .events
+            .iter()
+            .any(|e| e.name == crate::names::clock_event::THROTTLED)
+        {
+            record.mark_throttled();
         }
         record
     }
@@ -224,12 +329,15 @@ impl RecordBuilder {
             error,
         );
         for kv in &span.attributes {
-            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(ProtoValue::IntValue(v)) => Attr::Int(*v),
-                Some(ProtoValue::StringValue(s)) => Attr::Str(s.as_str()),
-                _ => Attr::Other,
-            };
+            let value = Attr::of_proto(kv.value.as_ref().and_then(|v| v.value.as_ref()));
             record.read(kv.key.as_str(), value);
+        }
+        if span
+            .events
+            .iter()
+            .any(|e| e.name == crate::names::clock_event::THROTTLED)
+        {
+            record.mark_throttled();
         }
         record
     }
@@ -266,3 +374,6 @@ fn device_key(key: &str) -> Option<(GpuId, DeviceFigure)> {
 fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
     bytes.try_into().unwrap_or([0; N])
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,9 @@
 //! A job of several ranks read together (`gpuspan report` on a job's directory): per epoch,
 //! the rank with the highest peak, the skew between the ranks' peaks and the slowest rank;
 //! over the step indexes every rank ran, the widest skew and the ranks most often worst
-//! and slowest; and the rank that ran out of memory first. One rank holding more than the
-//! others, or waiting on them, shows here.
+//! and slowest; the rank that ran out of memory first; each rank's energy and the job's
+//! (`energy.rs`), and a throttled rank that held the others up. One rank holding more than
+//! the others, or waiting on them, shows here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -11,7 +12,7 @@ use std::path::PathBuf;
 use crate::config::RANK_DIR_PREFIX;
 use crate::diagnose::Marker;
 use crate::names::{attribute as attr, event};
-use crate::record::{Role, SpanRecord};
+use crate::record::{EnergyFigures, Role, SpanRecord};
 use crate::util::bytes::human;
 
 /// Reads each run in `runs` once (the ranks of a job, or one run): each run's own summary,
@@ -32,13 +33,20 @@ pub fn read_job(runs: &[PathBuf]) -> std::io::Result<(Vec<super::RunSummary>, Jo
     Ok((summaries, job))
 }
 
-/// One rank's figures of one epoch or step: its peak device memory and its wall time.
+/// One rank's figures of one epoch or step: its peak device memory, its wall time, its
+/// energy and whether its clocks were held down.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RankFigures {
     /// `gpu.memory.peak`, in bytes.
     pub peak: Option<i64>,
     /// The span's wall time.
     pub seconds: f64,
+    /// `gpu.energy`, in joules.
+    pub energy: Option<f64>,
+    /// Whether that figure was estimated from power readings.
+    pub estimated: bool,
+    /// Whether the span carries a `gpu.throttled` event.
+    pub throttled: bool,
 }
 
 /// A step by its epoch (when its parent span is one: a loop that counts steps from 0 in
@@ -54,6 +62,8 @@ struct Rank {
     epoch_spans: HashMap<[u8; 8], i64>,
     /// Steps as read: their parent span, `ml.step`, figures.
     steps: Vec<(Option<[u8; 8]>, i64, RankFigures)>,
+    /// The throttled steps' reasons and clocks, as read: parent span, `ml.step`, figures.
+    throttled: Vec<(Option<[u8; 8]>, i64, EnergyFigures)>,
     /// The rank's first out-of-memory error, first near-OOM crossing and first OOM
     /// forecast.
     first_oom: Option<Marker>,
@@ -65,11 +75,13 @@ impl Rank {
     fn steps(&self) -> BTreeMap<StepKey, RankFigures> {
         self.steps
             .iter()
-            .map(|&(parent, step, figures)| {
-                let epoch = parent.and_then(|id| self.epoch_spans.get(&id).copied());
-                ((epoch, step), figures)
-            })
+            .map(|&(parent, step, figures)| ((self.epoch_of(parent), step), figures))
             .collect()
+    }
+
+    /// The epoch a step's parent span is, if it is one.
+    fn epoch_of(&self, parent: Option<[u8; 8]>) -> Option<i64> {
+        parent.and_then(|id| self.epoch_spans.get(&id).copied())
     }
 }
 
@@ -114,13 +126,22 @@ impl JobTable {
         let figures = RankFigures {
             peak: record.gpu.map(|m| m.peak),
             seconds: record.seconds(),
+            energy: record.energy.joules,
+            estimated: record.energy.estimated,
+            throttled: record.energy.throttled,
         };
         match record.role {
             Role::Epoch(epoch) => {
                 rank.epochs.insert(epoch, figures);
                 rank.epoch_spans.insert(record.span_id, epoch);
             }
-            Role::Step(step) => rank.steps.push((record.parent_span_id, step, figures)),
+            Role::Step(step) => {
+                rank.steps.push((record.parent_span_id, step, figures));
+                if figures.throttled {
+                    let energy = record.energy.clone();
+                    rank.throttled.push((record.parent_span_id, step, energy));
+                }
+            }
             Role::Other => {}
         }
     }
@@ -257,6 +278,10 @@ impl JobTable {
         if let Some(line) = self.steps_summary() {
             let _ = writeln!(out, "{line}");
         }
+        out.push_str(&self.render_energy());
+        for line in self.throttled_ranks() {
+            let _ = writeln!(out, "{line}");
+        }
         if let Some(line) = self.first_out_of_memory() {
             let _ = writeln!(out, "{line}");
         }
@@ -384,147 +409,8 @@ pub fn percent(value: Option<f64>) -> String {
     value.map_or("-".into(), |v| format!("{:.1} %", 100.0 * v))
 }
 
+mod energy;
+pub use energy::{RankEnergy, SLOW_STEP};
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// An epoch span as the run directory holds it.
-    fn epoch_span(epoch: i64) -> SpanRecord {
-        use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
-        let span = opentelemetry_proto::tonic::trace::v1::Span {
-            name: "epoch".into(),
-            span_id: vec![u8::try_from(epoch + 1).unwrap(); 8],
-            attributes: vec![KeyValue {
-                key: "ml.epoch".into(),
-                value: Some(AnyValue {
-                    value: Some(Value::IntValue(epoch)),
-                }),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        SpanRecord::from_otlp(&span)
-    }
-
-    fn figures(peak: Option<i64>, seconds: f64) -> RankFigures {
-        RankFigures { peak, seconds }
-    }
-
-    #[test]
-    fn the_worst_and_slowest_are_the_first_ranks_to_reach_the_top_and_a_lone_peak_has_no_skew() {
-        let row = across(&[
-            ("0", figures(Some(100), 2.0)),
-            ("1", figures(Some(400), 3.0)),
-            ("2", figures(Some(400), 3.0)),
-            ("3", figures(None, 1.0)),
-        ]);
-        assert_eq!(row.worst, Some(("1".to_owned(), 400)));
-        assert_eq!(row.lowest, Some(100));
-        assert_eq!(row.skew, Some(0.75));
-        assert_eq!(row.slowest, ("1".to_owned(), 3.0));
-
-        let lone = across(&[("0", figures(Some(100), 1.0)), ("1", figures(None, 2.0))]);
-        assert_eq!(lone.skew, None);
-        assert_eq!(lone.slowest.0, "1");
-    }
-
-    #[test]
-    fn an_epoch_a_rank_did_not_reach_is_left_out_of_the_job_table() {
-        let mut job = JobTable::default();
-        for (rank, epochs) in [("rank-0", 2), ("rank-1", 1)] {
-            job.add_rank(rank);
-            for epoch in 0..epochs {
-                job.add_span(&epoch_span(epoch));
-            }
-        }
-        let table = job.render().unwrap();
-        let rows: Vec<&str> = table.lines().skip(2).collect();
-        assert_eq!(rows.len(), 1, "{table}");
-        assert!(rows[0].trim_start().starts_with("0 "), "{table}");
-    }
-
-    fn marker(name: &str, unix_nanos: u64, span: &str) -> Marker {
-        Marker {
-            name: name.into(),
-            unix_nanos,
-            span: span.into(),
-            attributes: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn the_first_rank_out_of_memory_is_named_before_any_that_only_came_near() {
-        let mut job = JobTable::default();
-        let seconds = 1_796_014_261_000_000_000;
-        for (rank, markers) in [
-            ("rank-0", vec![marker(event::NEAR_OOM, seconds, "step 3")]),
-            (
-                "rank-1",
-                vec![marker(event::OOM, seconds + 900_000_000, "step 5")],
-            ),
-            (
-                "rank-3",
-                vec![
-                    marker(event::BUDGET_EXCEEDED, seconds, "step 1"),
-                    marker(event::OOM, seconds + 500_000_000, "step 4"),
-                    marker(event::OOM, seconds + 700_000_000, "step 4"),
-                ],
-            ),
-            ("rank-4", Vec::new()),
-        ] {
-            job.add_rank(rank);
-            job.add_markers(&markers);
-        }
-        assert_eq!(
-            job.first_out_of_memory().unwrap(),
-            "first out of memory: rank 3 in step 4 (2026-11-30 04:51:01.500 UTC); 2 of 4 ranks"
-        );
-
-        let mut near = JobTable::default();
-        near.add_rank("rank-0");
-        near.add_rank("rank-1");
-        near.add_markers(&[marker(event::NEAR_OOM, seconds, "epoch 2")]);
-        assert_eq!(
-            near.first_out_of_memory().unwrap(),
-            "first near out of memory: rank 1 in epoch 2 (2026-11-30 04:51:01.000 UTC); 1 of 2 ranks"
-        );
-        near.ranks.pop();
-        near.add_rank("rank-1");
-        assert_eq!(near.first_out_of_memory(), None);
-    }
-
-    #[test]
-    fn the_rank_first_forecast_to_run_out_is_named_with_its_steps_and_growth() {
-        let forecast = |unix_nanos, span: &str, steps: &str| Marker {
-            attributes: [
-                ("gpu.index", "2"),
-                ("gpu.memory.forecast.steps", steps),
-                ("gpu.memory.forecast.growth_per_step", "67108864"),
-            ]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-            ..marker(event::OOM_FORECAST, unix_nanos, span)
-        };
-        let mut job = JobTable::default();
-        job.add_rank("rank-0");
-        job.add_rank("rank-2");
-        job.add_markers(&[
-            forecast(900, "step 40", "500"),
-            forecast(700, "step 32", "887"),
-        ]);
-        job.add_rank("rank-3");
-        job.add_markers(&[forecast(800, "step 35", "600")]);
-        job.add_rank("rank-4");
-        assert_eq!(
-            job.first_forecast().unwrap(),
-            "first OOM forecast: rank 2 in step 32, out of memory in about 887 steps on gpu 2 \
-             (+64.0 MiB a step); 2 of 4 ranks"
-        );
-        assert!(job
-            .render()
-            .unwrap()
-            .ends_with(&format!("{}\n", job.first_forecast().unwrap())));
-        assert_eq!(JobTable::default().first_forecast(), None);
-    }
-}
+mod tests;

@@ -1,0 +1,121 @@
+//! Energy read back from either representation of a span.
+
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId};
+use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+use opentelemetry_proto::tonic::common::v1::{
+    any_value, AnyValue, ArrayValue, KeyValue as ProtoKeyValue,
+};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+
+use crate::names::{attribute as attr, clock_event};
+use crate::record::{EnergyFigures, GpuId, SpanRecord};
+
+/// The energy a span carries reads the same from the exporter's span (the summary
+/// printed at shutdown) and from the run directory's OTLP/JSON (`gpuspan report`).
+#[test]
+fn energy_and_throttling_read_alike_from_the_exporter_and_the_run_directory() {
+    let attributes = vec![
+        KeyValue::new(attr::ML_STEP, 11_i64),
+        KeyValue::new(attr::GPU_ENERGY, 56.5),
+        KeyValue::new(attr::GPU_ENERGY_ESTIMATED, true),
+        KeyValue::new(attr::GPU_POWER_AVG, 282.5),
+        KeyValue::new(attr::GPU_ENERGY_PER_SAMPLE, 7.0625),
+        KeyValue::new("gpu.1.energy", 20.0),
+        KeyValue::new("gpu.0.energy", 36.5),
+        KeyValue::new(
+            attr::GPU_THROTTLE_REASONS,
+            Value::Array(Array::String(vec![
+                StringValue::from("sw_power_cap"),
+                StringValue::from("hw_slowdown"),
+            ])),
+        ),
+        KeyValue::new(attr::GPU_THROTTLE_SHARE, 1.0),
+        KeyValue::new(attr::GPU_CLOCK_SM_MIN, 1210_i64),
+    ];
+    let mut events = SpanEvents::default();
+    events.events.push(opentelemetry::trace::Event::new(
+        clock_event::THROTTLED,
+        std::time::SystemTime::UNIX_EPOCH,
+        Vec::new(),
+        0,
+    ));
+    let data = SpanData {
+        span_context: SpanContext::new(
+            TraceId::from(3_u128),
+            SpanId::from(4),
+            TraceFlags::SAMPLED,
+            false,
+            Default::default(),
+        ),
+        parent_span_id: SpanId::from(5),
+        parent_span_is_remote: false,
+        span_kind: SpanKind::Internal,
+        name: "step".into(),
+        start_time: std::time::SystemTime::UNIX_EPOCH,
+        end_time: std::time::SystemTime::UNIX_EPOCH,
+        attributes: attributes.clone(),
+        dropped_attributes_count: 0,
+        events,
+        links: SpanLinks::default(),
+        status: Status::Unset,
+        instrumentation_scope: InstrumentationScope::builder("gpuspan").build(),
+    };
+    let exported = SpanRecord::from_span_data(&data);
+    let expected = EnergyFigures {
+        joules: Some(56.5),
+        estimated: true,
+        power_watts: Some(282.5),
+        per_sample: Some(7.0625),
+        scope: None,
+        devices: vec![(GpuId::gpu(0), 36.5), (GpuId::gpu(1), 20.0)],
+        throttle_reasons: vec!["sw_power_cap".into(), "hw_slowdown".into()],
+        throttle_share: Some(1.0),
+        sm_clock_min_mhz: Some(1210),
+        throttled: true,
+    };
+    assert_eq!(exported.energy, expected);
+
+    let proto = |value: &Value| {
+        let value = match value {
+            Value::I64(v) => any_value::Value::IntValue(*v),
+            Value::F64(v) => any_value::Value::DoubleValue(*v),
+            Value::Bool(v) => any_value::Value::BoolValue(*v),
+            Value::Array(Array::String(items)) => any_value::Value::ArrayValue(ArrayValue {
+                values: items
+                    .iter()
+                    .map(|s| AnyValue {
+                        value: Some(any_value::Value::StringValue(s.to_string())),
+                    })
+                    .collect(),
+            }),
+            other => any_value::Value::StringValue(other.to_string()),
+        };
+        Some(AnyValue { value: Some(value) })
+    };
+    let span = opentelemetry_proto::tonic::trace::v1::Span {
+        name: "step".into(),
+        attributes: attributes
+            .iter()
+            .map(|kv| ProtoKeyValue {
+                key: kv.key.to_string(),
+                value: proto(&kv.value),
+                ..Default::default()
+            })
+            .collect(),
+        events: vec![opentelemetry_proto::tonic::trace::v1::span::Event {
+            name: clock_event::THROTTLED.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    assert_eq!(SpanRecord::from_otlp(&span).energy, expected);
+    // A span with none of them has no figure, and is not throttled.
+    let bare = opentelemetry_proto::tonic::trace::v1::Span {
+        name: "step".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        SpanRecord::from_otlp(&bare).energy,
+        EnergyFigures::default()
+    );
+}
