@@ -49,7 +49,7 @@ fn run(
 ) -> Row {
     let telemetry = gpuspan::Telemetry::builder()
         .nvml_lib(fake.path())
-        .metrics_exporter(gpuspan::Exporter::None)
+        .metrics_exporter(gpuspan::settings::Exporter::None)
         .service_name("gpuspan-bench")
         .run_id("bench")
         .summary(false)

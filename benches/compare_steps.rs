@@ -29,7 +29,9 @@ use std::collections::BTreeSet;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use gpuspan::{Exporter, Protocol, Telemetry};
+use gpuspan::{Protocol, Telemetry};
+
+use gpuspan::settings::Exporter;
 use tracing_subscriber::layer::SubscriberExt;
 
 use receiver::Receiver;

@@ -29,7 +29,9 @@ use gpuspan_test_support::receiver;
 
 use std::time::{Duration, Instant};
 
-use gpuspan::{Exporter, ShutdownError, Telemetry};
+use gpuspan::{ShutdownError, Telemetry};
+
+use gpuspan::settings::Exporter;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use tracing_subscriber::layer::SubscriberExt;
 

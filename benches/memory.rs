@@ -20,7 +20,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use gpuspan::{Exporter, ShutdownError, Telemetry};
+use gpuspan::{ShutdownError, Telemetry};
+
+use gpuspan::settings::Exporter;
 use tracing_subscriber::layer::SubscriberExt;
 
 use common::{mib, mib_delta};

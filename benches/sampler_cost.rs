@@ -26,7 +26,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuspan::{Exporter, Telemetry};
+use gpuspan::Telemetry;
+
+use gpuspan::settings::Exporter;
 
 use fake_nvml::FakeNvml;
 

@@ -36,7 +36,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
-use gpuspan::{Exporter, Protocol, ShutdownError, Telemetry};
+use gpuspan::settings::Exporter;
+use gpuspan::{Protocol, ShutdownError, Telemetry};
 use tracing_subscriber::layer::SubscriberExt;
 
 use fake_nvml::FakeNvml;

@@ -59,7 +59,7 @@ fn parse_args() -> Result<Args, String> {
             "--budget" => {
                 let budget = value
                     .parse()
-                    .map_err(|e: gpuspan::InvalidValue| bad(e.expected()))?;
+                    .map_err(|e: gpuspan::settings::InvalidValue| bad(e.expected()))?;
                 args.budget = Some(budget);
             }
             "--hidden" => args.hidden = value.parse().map_err(|_| bad("a whole number"))?,

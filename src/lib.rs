@@ -106,11 +106,12 @@ pub use macros::__private;
 #[doc(hidden)]
 pub use source::drm::__private as __drm;
 
-pub use config::{Compression, Exporter, InvalidValue, Protocol, DEFAULT_SAMPLE_INTERVAL};
+pub use config::Protocol;
+// Users name it `settings::InvalidValue`; the crate's own code keeps the short path.
+pub(crate) use config::InvalidValue;
 
 pub use diagnose::{record_oom, BatchFit, MemoryBudget};
 pub use error::{InitError, ShutdownError};
 pub use layer::record_allocator;
-pub use record::GpuId;
 pub use span::{MemorySpan, SpanMemory};
 pub use telemetry::{init, Builder, DeviceMemory, Telemetry};

@@ -24,6 +24,7 @@ pub use crate::config::vars::GPUSPAN_JOB_ID;
 pub use crate::config::{
     cuda_device, devices_chosen, hip_device, launcher_rank, service_name_variable, Setting, Vars,
 };
+pub use crate::config::{Compression, Exporter, InvalidValue, DEFAULT_SAMPLE_INTERVAL};
 pub use crate::telemetry::{setting, settings};
 
 /// The default sample interval as the table writes it (`5ms`), for a command's own flag.
@@ -34,7 +35,7 @@ pub const DEFAULT_SAMPLE_INTERVAL_TEXT: &str =
 /// least 100 µs.
 ///
 /// # Errors
-/// [`InvalidValue`](crate::InvalidValue), saying what would be accepted.
+/// [`InvalidValue`], saying what would be accepted.
 pub fn sample_interval(text: &str) -> Result<std::time::Duration, crate::InvalidValue> {
     crate::config::table::SAMPLE_INTERVAL.read(text)
 }

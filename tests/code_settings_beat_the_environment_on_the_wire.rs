@@ -7,7 +7,9 @@ use gpuspan_test_support as support;
 
 use std::time::Duration;
 
-use gpuspan::{Builder, Compression};
+use gpuspan::Builder;
+
+use gpuspan::settings::Compression;
 use support::receiver::{Protocol, Receiver, RequestHeaders, Signal};
 
 /// Builds `builder` with `env` set (the environment is read once, at build), runs one

@@ -15,7 +15,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use gpuspan::{Exporter, GpuId, Telemetry};
+use gpuspan::Telemetry;
+
+use gpuspan::settings::Exporter;
+
+use gpuspan::source::GpuId;
 use serde_json::Value;
 use support::fake_nvml::FakeNvml;
 use support::prometheus_server::{value, Prometheus};

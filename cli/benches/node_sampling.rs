@@ -63,8 +63,8 @@ fn measure(children: &mut [Child]) -> f64 {
 /// A rank: gpuspan sampling its own device, exporting nothing, until killed.
 fn rank() {
     let telemetry = gpuspan::Telemetry::builder()
-        .traces_exporter(gpuspan::Exporter::None)
-        .metrics_exporter(gpuspan::Exporter::None)
+        .traces_exporter(gpuspan::settings::Exporter::None)
+        .metrics_exporter(gpuspan::settings::Exporter::None)
         .summary(false)
         .flush_on_signal(false)
         .build()

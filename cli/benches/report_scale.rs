@@ -61,7 +61,7 @@ fn used(d: usize, s: u64, p: u64) -> u64 {
 fn write_run(dir: &Path, hours: u64) {
     let devices: Vec<TimelineDevice> = (0..DEVICES as u32)
         .map(|index| TimelineDevice {
-            id: gpuspan::GpuId::gpu(index),
+            id: gpuspan::source::GpuId::gpu(index),
             uuid: format!("GPU-{index}"),
             name: "NVIDIA H200".into(),
         })

@@ -13,7 +13,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use gpuspan::{Builder, Exporter, MemoryBudget, Telemetry};
+use gpuspan::{Builder, MemoryBudget, Telemetry};
+
+use gpuspan::settings::Exporter;
 use support::fake_nvml::{mig_uuid_of, uuid_of, FakeNvml, MIB};
 use support::receiver::Receiver;
 use support::sampling::{

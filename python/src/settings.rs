@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use gpuspan::settings as table;
-use gpuspan::{Builder, InvalidValue, MemoryBudget};
+use gpuspan::settings::InvalidValue;
+use gpuspan::{Builder, MemoryBudget};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};

@@ -7,7 +7,7 @@
 //! up; what it builds runs on the export queue's thread, a metric reader's thread, or the
 //! runtime of an async exporter.
 //!
-//! [`Exporter`]: crate::Exporter
+//! [`Exporter`]: crate::settings::Exporter
 
 #[cfg(feature = "pipeline")]
 mod forward;

@@ -19,9 +19,8 @@ pub(crate) mod smi;
 
 use std::time::Duration;
 
+pub use crate::record::GpuId;
 pub use scope::{DeviceScope, DeviceScopeError};
-
-use crate::record::GpuId;
 
 /// A GPU device as a source sees it: a whole GPU, or one MIG instance of a GPU in MIG
 /// mode (each instance is a device of its own, with its own memory).

@@ -58,7 +58,7 @@ impl Builder {
     }
 
     /// How often the sampler reads memory (else `GPUSPAN_SAMPLE_INTERVAL`, else
-    /// [`DEFAULT_SAMPLE_INTERVAL`](crate::DEFAULT_SAMPLE_INTERVAL)).
+    /// [`DEFAULT_SAMPLE_INTERVAL`](crate::settings::DEFAULT_SAMPLE_INTERVAL)).
     /// A spike that lasts two intervals is always in the peak.
     pub fn sample_interval(mut self, interval: Duration) -> Self {
         self.code.sample_interval = Some(interval);

@@ -7,7 +7,7 @@ use gpuspan_test_support as support;
 
 use std::time::{Duration, Instant};
 
-use gpuspan::Exporter;
+use gpuspan::settings::Exporter;
 use support::receiver::{Protocol, Receiver, Signal};
 
 /// gpuspan's retry settings, for spans (the export queue) and metrics alike: the first

@@ -6,7 +6,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use gpuspan::{Exporter, Telemetry};
+use gpuspan::Telemetry;
+
+use gpuspan::settings::Exporter;
 use gpuspan_test_support as support;
 use support::scripted::scripted;
 

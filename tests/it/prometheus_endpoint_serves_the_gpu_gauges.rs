@@ -7,7 +7,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use gpuspan::{Exporter, Telemetry};
+use gpuspan::Telemetry;
+
+use gpuspan::settings::Exporter;
 use support::scripted::scripted;
 
 const MB: u64 = 1 << 20;

@@ -6,7 +6,9 @@ use gpuspan_test_support as support;
 
 use std::time::Duration;
 
-use gpuspan::{Exporter, Telemetry};
+use gpuspan::Telemetry;
+
+use gpuspan::settings::Exporter;
 use serde_json::Value;
 use support::prometheus_server::{value, Prometheus};
 use support::scripted::scripted;

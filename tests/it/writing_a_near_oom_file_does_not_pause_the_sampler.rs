@@ -13,7 +13,9 @@ use gpuspan_test_support as support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gpuspan::{Exporter, Telemetry};
+use gpuspan::Telemetry;
+
+use gpuspan::settings::Exporter;
 use support::sampling;
 use support::scripted::scripted;
 

@@ -32,81 +32,16 @@
 //! and in the programs it starts, to see how any test fares against a driver that costs
 //! what a real one costs.
 
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CString, OsStr};
 use std::fs;
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-/// Define for [`FakeNvml::build_variant`]: leaves out the symbols
-/// `nvmlDeviceGetComputeRunningProcesses_v3` and
-/// `nvmlDeviceGetGraphicsRunningProcesses_v3`, as a driver without them.
-pub const NO_PROCESS_QUERIES: &str = "FAKE_NVML_NO_PROCESS_QUERIES";
+mod compile;
+use compile::compiled_library;
 
-/// One MiB in bytes.
-pub const MIB: u64 = 1024 * 1024;
-
-/// Total memory of a fake device by default (an H200's 143771 MiB).
-pub const DEFAULT_TOTAL: u64 = 143_771 * MIB;
-
-/// Used memory of a fake device by default.
-pub const DEFAULT_USED: u64 = 1024 * MIB;
-
-/// Driver version the fake reports.
-pub const DRIVER_VERSION: &str = "570.86.15";
-
-/// The power every fake GPU draws unless set, in milliwatts.
-pub const DEFAULT_POWER_MW: u64 = 300_000;
-
-/// The energy counter of a fake GPU as it loads, in millijoules.
-pub const ENERGY_BASE_MJ: u64 = 5_000_000;
-
-/// How often a fake GPU's energy counter moves.
-pub const ENERGY_QUANTUM: Duration = Duration::from_millis(100);
-
-/// NVML's clock event reasons (`nvmlClocksEventReason*`), for
-/// [`FakeNvml::set_clocks_event_reasons`].
-pub mod reason {
-    pub const GPU_IDLE: u64 = 0x1;
-    pub const SW_POWER_CAP: u64 = 0x4;
-    pub const HW_SLOWDOWN: u64 = 0x8;
-    pub const SW_THERMAL_SLOWDOWN: u64 = 0x20;
-    pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
-    pub const HW_POWER_BRAKE: u64 = 0x80;
-}
-
-/// `realistic` here gives every fake a real driver's latencies, the fakes of the programs a
-/// test starts included (they read it at their first `nvmlInit`): helpers that clear
-/// gpuspan's variables for a child keep this one.
-pub const LATENCY_VAR: &str = "GPUSPAN_TEST_FAKE_LATENCY";
-
-/// The process list the NVML wrapper calls (`Device::running_compute_processes`).
-pub const PROCESS_LIST: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
-
-/// NVML return codes (`nvmlReturn_t`), for [`FakeNvml::set_error`].
-pub mod code {
-    pub const SUCCESS: i32 = 0;
-    pub const NOT_SUPPORTED: i32 = 3;
-    pub const DRIVER_NOT_LOADED: i32 = 9;
-    pub const GPU_IS_LOST: i32 = 15;
-    pub const UNKNOWN: i32 = 999;
-}
-
-/// The name every fake device reports unless `set_name` changes it.
-pub const DEVICE_NAME: &str = "NVIDIA H200 (fake)";
-
-/// The UUID the fake reports for the device at `index`.
-pub fn uuid_of(index: u32) -> String {
-    format!("GPU-00000000-0000-0000-0000-{index:012}")
-}
-
-/// The UUID the fake reports for MIG instance `mig` of GPU `index`.
-pub fn mig_uuid_of(index: u32, mig: u32) -> String {
-    format!("MIG-00000000-0000-0000-{index:04}-{mig:012}")
-}
+mod defaults;
+pub use defaults::*;
 
 /// A private copy of the fake NVML library, with its own state.
 ///
@@ -522,85 +457,4 @@ impl FakeNvml {
             )
         })
     }
-}
-
-/// The compiled fake for `defines`, built once per variant per process.
-fn compiled_library(defines: &[&str]) -> PathBuf {
-    static CACHE: OnceLock<Mutex<HashMap<Vec<String>, PathBuf>>> = OnceLock::new();
-    let key: Vec<String> = defines.iter().map(|d| d.to_string()).collect();
-    let mut cache = CACHE
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(path) = cache.get(&key) {
-        return path.clone();
-    }
-    let path = compile(defines);
-    cache.insert(key, path.clone());
-    path
-}
-
-fn compile(defines: &[&str]) -> PathBuf {
-    let source = crate::repo_root().join("tests/fake_nvml/fake_nvml.c");
-    let out_dir = crate::target_tmp_dir().join("fake-nvml");
-    fs::create_dir_all(&out_dir).unwrap_or_else(|e| panic!("creating {}: {e}", out_dir.display()));
-
-    let variant = if defines.is_empty() {
-        "default".to_string()
-    } else {
-        defines
-            .iter()
-            .map(|d| {
-                d.chars()
-                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                    .collect::<String>()
-            })
-            .collect::<Vec<_>>()
-            .join("+")
-    };
-    let target = out_dir.join(format!("libfake_nvml-{variant}.so"));
-    // Build under a name of our own, then rename: another test process may
-    // be building or copying the same variant at the same time.
-    let partial = out_dir.join(format!(
-        "libfake_nvml-{variant}.{}.partial",
-        std::process::id()
-    ));
-
-    let mut cmd = Command::new("cc");
-    cmd.args([
-        "-shared",
-        "-fPIC",
-        "-O2",
-        "-pthread",
-        "-fvisibility=hidden",
-        "-Wall",
-        "-Wextra",
-        "-Wl,-soname,libnvidia-ml.so.1",
-    ]);
-    for define in defines {
-        cmd.arg(format!("-D{define}"));
-    }
-    cmd.arg("-o").arg(&partial).arg(&source);
-
-    let output = match cmd.output() {
-        Ok(output) => output,
-        Err(e) if e.kind() == ErrorKind::NotFound => panic!(
-            "the fake NVML library is built with a C compiler, but `cc` was not found on \
-             PATH; install one (gcc or clang) to run these tests"
-        ),
-        Err(e) => panic!("running `cc` to build the fake NVML library: {e}"),
-    };
-    if !output.status.success() {
-        let _ = fs::remove_file(&partial);
-        panic!(
-            "`cc` failed ({}) building {} with {defines:?}:\n{}{}",
-            output.status,
-            source.display(),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    fs::rename(&partial, &target)
-        .unwrap_or_else(|e| panic!("moving {} to {}: {e}", partial.display(), target.display()));
-    target
 }

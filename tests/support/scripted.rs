@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use gpuspan::source::GpuId;
 use gpuspan::source::{Device, DeviceReading, MemorySource};
-use gpuspan::GpuId;
 
 #[derive(Default)]
 struct State {

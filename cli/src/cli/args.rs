@@ -160,7 +160,10 @@ mod tests {
                 Err(error) => Err(error.to_string()),
             }
         };
-        assert_eq!(interval(&[]), Ok(gpuspan::DEFAULT_SAMPLE_INTERVAL));
+        assert_eq!(
+            interval(&[]),
+            Ok(gpuspan::settings::DEFAULT_SAMPLE_INTERVAL)
+        );
         let refused = interval(&["--interval", "50us"]).unwrap_err();
         assert!(refused.contains("at least 100us"), "{refused}");
         assert_eq!(

@@ -7,8 +7,8 @@ use super::CommandError;
 /// Prints a line of every device's memory each `every`, `count` times or until interrupted.
 pub(super) fn watch(every: Duration, count: Option<u64>) -> Result<(), CommandError> {
     let telemetry = gpuspan::Telemetry::builder()
-        .traces_exporter(gpuspan::Exporter::None)
-        .metrics_exporter(gpuspan::Exporter::None)
+        .traces_exporter(gpuspan::settings::Exporter::None)
+        .metrics_exporter(gpuspan::settings::Exporter::None)
         .summary(false)
         .build()?;
     if telemetry.devices().is_empty() {

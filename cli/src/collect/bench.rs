@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use super::enrich::{Enriched, Enricher};
 use super::timeline::Timelines;
 use gpuspan::pipeline::Tick;
-use gpuspan::GpuId;
+use gpuspan::source::GpuId;
 
 /// A device timeline as the collector keeps it.
 #[derive(Debug)]

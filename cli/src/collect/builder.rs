@@ -132,7 +132,7 @@ impl CollectorBuilder {
     }
 
     /// The sampling interval (else `GPUSPAN_SAMPLE_INTERVAL`, else
-    /// [`DEFAULT_SAMPLE_INTERVAL`](gpuspan::DEFAULT_SAMPLE_INTERVAL)).
+    /// [`DEFAULT_SAMPLE_INTERVAL`](gpuspan::settings::DEFAULT_SAMPLE_INTERVAL)).
     pub fn sample_interval(mut self, interval: Duration) -> Self {
         self.code.sample_interval = Some(interval);
         self

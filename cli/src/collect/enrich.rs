@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use super::store::WindowMax;
 use gpuspan::names::attribute as attr;
 use gpuspan::pipeline::{device_keys, Number, SpanFigures, Triple};
-use gpuspan::GpuId;
+use gpuspan::source::GpuId;
 
 use super::timeline::Timelines;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use gpuspan::pipeline::lock;
 use gpuspan::pipeline::ProcessTable;
 use gpuspan::pipeline::{Tick, TickObserver};
-use gpuspan::GpuId;
+use gpuspan::source::GpuId;
 
 use super::store::{Layout, TimelineStore, WindowMax};
 use super::tree::ProcessTree;

@@ -8,7 +8,9 @@ use gpuspan_test_support as support;
 use std::path::Path;
 use std::process::Command;
 
-use gpuspan::{BatchFit, Exporter, MemoryBudget, Telemetry};
+use gpuspan::{BatchFit, MemoryBudget, Telemetry};
+
+use gpuspan::settings::Exporter;
 use support::scripted::scripted;
 use support::setup;
 
