@@ -152,7 +152,7 @@ fn wrong_ca_traces_only(protocol: Protocol) {
     let other = TestPki::new("other");
     let receiver = Receiver::start_tls(protocol, pki.server(false));
     let builder = setup::to_receiver(&receiver)
-        .metrics_exporter(gpuspan::Exporter::None)
+        .metrics_exporter(gpuspan::settings::Exporter::None)
         .certificate(other.ca_file())
         .timeout(Duration::from_millis(1500));
     let (telemetry, ()) = setup::run(builder, |_| {
