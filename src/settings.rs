@@ -24,7 +24,9 @@ pub use crate::config::vars::GPUSPAN_JOB_ID;
 pub use crate::config::{
     cuda_device, devices_chosen, hip_device, launcher_rank, service_name_variable, Setting, Vars,
 };
-pub use crate::config::{Compression, Exporter, InvalidValue, DEFAULT_SAMPLE_INTERVAL};
+pub use crate::config::{
+    Compression, Exporter, InvalidValue, DEFAULT_POWER_INTERVAL, DEFAULT_SAMPLE_INTERVAL,
+};
 pub use crate::telemetry::{setting, settings};
 
 /// The default sample interval as the table writes it (`5ms`), for a command's own flag.

@@ -136,6 +136,7 @@ fn setting(builder: Builder, key: &str, value: &Bound<'_, PyAny>) -> PyResult<Bu
             builder
         }
         "sample_interval" => builder.sample_interval(duration(value)?),
+        "power_interval" => builder.power_interval(duration(value)?),
         "nvml_lib" => builder.nvml_lib(value.extract::<PathBuf>()?),
         "devices" => builder.devices(devices(value)?),
         "sysfs_root" => builder.sysfs_root(value.extract::<PathBuf>()?),

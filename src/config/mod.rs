@@ -46,6 +46,11 @@ pub(crate) use table::ROWS;
 /// devices in BENCHMARKS.md, on the fake NVML; a real driver's read costs more).
 pub const DEFAULT_SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
 
+/// How often energy, power and clock event reasons are read unless set otherwise: a real
+/// energy counter moves every 20 to 100 ms, and these reads cost about as much as a memory
+/// read each, so they keep a slower cadence than memory's.
+pub const DEFAULT_POWER_INTERVAL: Duration = Duration::from_millis(20);
+
 /// Values set in code through the builder; `None` falls back to the environment.
 #[derive(Debug, Clone, Default)]
 pub struct CodeSettings {
@@ -54,6 +59,7 @@ pub struct CodeSettings {
     pub(crate) resource: Vec<(String, String)>,
     /// Time between two readings of every device.
     pub sample_interval: Option<Duration>,
+    pub(crate) power_interval: Option<Duration>,
     /// Where NVML is loaded from.
     pub nvml_lib: Option<PathBuf>,
     pub(crate) devices: Option<String>,
@@ -106,6 +112,8 @@ pub struct Settings {
     pub(crate) resource: Vec<(String, String)>,
     /// Time between two readings of every device.
     pub sample_interval: Duration,
+    /// Time between two readings of energy, power and clock event reasons.
+    pub(crate) power_interval: Duration,
     /// Where NVML is loaded from (`None`: the system's).
     #[cfg_attr(not(feature = "nvml"), allow(dead_code))]
     /// Where NVML is loaded from (`None`: the system's).

@@ -28,6 +28,7 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
         })
         .unwrap_or_else(default_service_name);
     let sample_interval = resolved(&table::SAMPLE_INTERVAL, code.sample_interval, env)?;
+    let power_interval = resolved(&table::POWER_INTERVAL, code.power_interval, env)?;
     let mut rank = rank(env)?;
     let job = job::job(code.job_id.as_deref(), env);
     rank.job_id = job.as_ref().map(|job| job.id.clone());
@@ -48,6 +49,7 @@ fn resolve_in(code: &CodeSettings, env: Env<'_>) -> Result<Settings, InitError> 
         service_name,
         resource,
         sample_interval,
+        power_interval,
         nvml_lib: layered(&table::NVML_LIB, code.nvml_lib.clone(), None, env)?.map(|(p, _)| p),
         devices,
         drm_devices,

@@ -24,6 +24,7 @@ pub(crate) const ROWS: &[Setting] = &[
     SERVICE_NAME.setting,
     RESOURCE_ATTRIBUTES.setting,
     SAMPLE_INTERVAL.row.setting,
+    POWER_INTERVAL.row.setting,
     NVML_LIB.setting,
     DEVICES.setting,
     SYSFS_ROOT.row.setting,
@@ -98,6 +99,26 @@ pub(crate) const SAMPLE_INTERVAL: Defaulted<Duration> = Row::new(
 fn check_sample_interval(interval: &Duration) -> Result<(), &'static str> {
     if *interval < MIN_SAMPLE_INTERVAL {
         Err("an interval of at least 100us, such as 5ms")
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) const POWER_INTERVAL: Defaulted<Duration> = Row::new(
+    "power_interval",
+    one(&[GPUSPAN_POWER_INTERVAL]),
+    DURATION,
+    "20ms",
+    duration,
+)
+.doc("Time between two readings of energy, power and clock event reasons.")
+.checked(check_power_interval)
+.defaults_to(|| super::DEFAULT_POWER_INTERVAL);
+
+/// A cadence for the slower readings: at least [`MIN_SAMPLE_INTERVAL`], as memory's.
+fn check_power_interval(interval: &Duration) -> Result<(), &'static str> {
+    if *interval < MIN_SAMPLE_INTERVAL {
+        Err("an interval of at least 100us, such as 20ms")
     } else {
         Ok(())
     }

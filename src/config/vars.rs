@@ -63,6 +63,7 @@ pub(crate) const OTEL_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVA
 
 /// The sampler's interval.
 pub(crate) const GPUSPAN_SAMPLE_INTERVAL: &str = "GPUSPAN_SAMPLE_INTERVAL";
+pub(crate) const GPUSPAN_POWER_INTERVAL: &str = "GPUSPAN_POWER_INTERVAL";
 /// Path of `libnvidia-ml.so.1`.
 pub(crate) const GPUSPAN_NVML_LIB: &str = "GPUSPAN_NVML_LIB";
 /// Devices in scope (indexes or UUIDs).
@@ -192,6 +193,7 @@ pub(crate) const ALL: &[&str] = &[
     OTEL_TRACES_SAMPLER_ARG,
     OTEL_METRIC_EXPORT_INTERVAL,
     GPUSPAN_SAMPLE_INTERVAL,
+    GPUSPAN_POWER_INTERVAL,
     GPUSPAN_NVML_LIB,
     GPUSPAN_DEVICES,
     CUDA_VISIBLE_DEVICES,

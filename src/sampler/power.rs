@@ -15,10 +15,6 @@ pub(crate) use crate::figures::energy::REASONS;
 use crate::figures::Reading;
 use crate::source::{MemorySource, PowerReading};
 
-/// How often energy, power and clocks are read unless set otherwise: a real counter moves
-/// every 20 to 100 ms, and these reads cost about as much as a memory read each.
-pub(crate) const DEFAULT_POWER_INTERVAL: Duration = Duration::from_millis(20);
-
 /// Every reason's bit together: a reading with any of them is throttled.
 const THROTTLING: u64 = 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80;
 

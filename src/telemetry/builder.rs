@@ -65,6 +65,16 @@ impl Builder {
         self
     }
 
+    /// How often the sampler reads energy, power and clock event reasons (else
+    /// `GPUSPAN_POWER_INTERVAL`, else
+    /// [`DEFAULT_POWER_INTERVAL`](crate::settings::DEFAULT_POWER_INTERVAL)), on its own
+    /// thread between memory readings. A span shorter than a device's energy counter period
+    /// takes its energy from these power readings.
+    pub fn power_interval(mut self, interval: Duration) -> Self {
+        self.code.power_interval = Some(interval);
+        self
+    }
+
     /// Path of `libnvidia-ml.so` (else `GPUSPAN_NVML_LIB`, else the system's).
     pub fn nvml_lib(mut self, path: impl Into<PathBuf>) -> Self {
         self.code.nvml_lib = Some(path.into());

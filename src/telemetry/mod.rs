@@ -347,7 +347,7 @@ impl Inner {
         let sampler = Sampler::start(
             source,
             settings.sample_interval,
-            crate::sampler::power::DEFAULT_POWER_INTERVAL,
+            settings.power_interval,
             observers,
         )
         .map_err(|source| InitError::Thread {

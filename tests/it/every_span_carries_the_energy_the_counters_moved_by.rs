@@ -247,3 +247,36 @@ fn a_mig_instance_s_span_carries_its_gpu_s_energy_once_and_says_so() {
         None => eprintln!("not read within one quantum: the figure is not judged"),
     }
 }
+
+#[test]
+fn gpuspan_power_interval_sets_how_often_energy_is_read_apart_from_memory() {
+    let fake = FakeNvml::build();
+    let receiver = Receiver::start_grpc();
+    let telemetry = builder(&receiver, &fake)
+        .power_interval(Duration::from_millis(250))
+        .build()
+        .unwrap();
+    // The first read after start, then a window of about a second.
+    wait_for_power_reads(&fake, 1, 0);
+    let (energy_before, memory_before) = (
+        fake.call_count(ENERGY),
+        fake.call_count("nvmlDeviceGetMemoryInfo_v2"),
+    );
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let window = started.elapsed();
+    let energy_reads = fake.call_count(ENERGY) - energy_before;
+    let memory_reads = fake.call_count("nvmlDeviceGetMemoryInfo_v2") - memory_before;
+    telemetry.shutdown().unwrap();
+
+    // Never more often than every 250 ms (a loaded machine may read less often).
+    let most = window.as_millis() as u64 / 250 + 1;
+    assert!(
+        (1..=most).contains(&energy_reads),
+        "{energy_reads} energy reads in {window:?} at a 250 ms power interval"
+    );
+    assert!(
+        memory_reads > energy_reads * 5,
+        "memory kept its own 2 ms cadence: {memory_reads} reads against {energy_reads}"
+    );
+}
