@@ -129,7 +129,8 @@ pub mod attribute {
     /// Device memory in use when a near-OOM or OOM finding was made.
     pub const GPU_MEMORY_USED: &str = "gpu.memory.used";
     /// The device's total memory, on near-OOM and OOM findings; on an OOM forecast, the
-    /// limit it forecasts against (the budget where one is set, else the total).
+    /// limit it forecasts against (the budget where one is set below the total and the
+    /// steps are not past it, else the total).
     pub const GPU_MEMORY_LIMIT: &str = "gpu.memory.limit";
     /// The budget a span's peak went over.
     pub const GPU_MEMORY_BUDGET: &str = "gpu.memory.budget";

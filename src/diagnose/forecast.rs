@@ -19,6 +19,10 @@
 //! - **near enough to believe**: the limit is reached within [`HORIZON`] times the
 //!   window's length, since a line is not extrapolated far past the steps it was fitted to.
 //!
+//! The limits are tried in order, the first above the trend's level counting: the budget (or
+//! the device's total, where that is lower), then the device's total, so a run already past
+//! its budget is still forecast to reach the device's own end.
+//!
 //! The first [`WARMUP`] steps of a run are never fitted: the allocator's first growth, the
 //! optimizer's state and cuDNN's autotuning happen there.
 
@@ -71,31 +75,35 @@ impl Forecast {
 pub(crate) struct Forecaster {
     seen: usize,
     peaks: VecDeque<i64>,
-    holding: bool,
+    /// The highest limit a forecast held against, while one holds.
+    holding: Option<i64>,
     /// Steps in a row without the forecast holding, while `holding`.
     quiet: usize,
 }
 
 impl Forecaster {
-    /// A step closed with `peak` bytes (`None`: not measured), toward `limit` bytes: the
-    /// forecast on the step where it starts to hold, once per crossing.
-    pub(crate) fn on_step(&mut self, peak: Option<i64>, limit: i64) -> Option<Forecast> {
+    /// A step closed with `peak` bytes (`None`: not measured), toward the first of `limits`
+    /// (bytes, lowest first) above the trend: the forecast on the step where it starts to
+    /// hold, once per crossing, and again when it moves on to a higher limit.
+    pub(crate) fn on_step(&mut self, peak: Option<i64>, limits: &[i64]) -> Option<Forecast> {
         self.seen += 1;
         let peak = peak.filter(|_| self.seen > WARMUP)?;
         if self.peaks.len() == HISTORY {
             self.peaks.pop_front();
         }
         self.peaks.push_back(peak);
-        match assess(self.peaks.make_contiguous(), limit) {
+        match assess(self.peaks.make_contiguous(), limits) {
             Some(forecast) => {
                 self.quiet = 0;
-                (!std::mem::replace(&mut self.holding, true)).then_some(forecast)
+                let new = self.holding.is_none_or(|held| forecast.limit > held);
+                self.holding = self.holding.max(Some(forecast.limit));
+                new.then_some(forecast)
             }
             None => {
-                if self.holding {
+                if self.holding.is_some() {
                     self.quiet += 1;
                     if self.quiet >= REARM {
-                        self.holding = false;
+                        self.holding = None;
                         self.quiet = 0;
                     }
                 }
@@ -105,12 +113,12 @@ impl Forecaster {
     }
 }
 
-/// Whether a forecast holds over `peaks` (oldest first) toward `limit`: the longest window
-/// it holds over, or `None`.
-pub(crate) fn assess(peaks: &[i64], limit: i64) -> Option<Forecast> {
+/// Whether a forecast holds over `peaks` (oldest first) toward the first of `limits` above
+/// the trend: the longest window it holds over, or `None`.
+pub(crate) fn assess(peaks: &[i64], limits: &[i64]) -> Option<Forecast> {
     let mut window = peaks.len().min(MAX_WINDOW);
     while window >= MIN_WINDOW {
-        if let Some(forecast) = assess_window(peaks, window, limit) {
+        if let Some(forecast) = assess_window(peaks, window, limits) {
             return Some(forecast);
         }
         window /= 2;
@@ -119,7 +127,7 @@ pub(crate) fn assess(peaks: &[i64], limit: i64) -> Option<Forecast> {
 }
 
 /// The tests of the module's header over the latest `window` of `peaks`.
-fn assess_window(peaks: &[i64], window: usize, limit: i64) -> Option<Forecast> {
+fn assess_window(peaks: &[i64], window: usize, limits: &[i64]) -> Option<Forecast> {
     let size = window / BLOCKS;
     let used = size * BLOCKS;
     let start = peaks.len() - used;
@@ -145,10 +153,8 @@ fn assess_window(peaks: &[i64], window: usize, limit: i64) -> Option<Forecast> {
     let mut offsets: Vec<f64> = blocks.iter().map(|(x, m)| m - slope * x).collect();
     let intercept = median(&mut offsets);
     let level = intercept + slope * (used - 1) as f64;
+    let limit = limits.iter().copied().find(|&limit| limit as f64 > level)?;
     let headroom = limit as f64 - level;
-    if headroom <= 0.0 {
-        return None;
-    }
     let steps = (headroom / slope).ceil();
     if steps > HORIZON * used as f64 {
         return None;
@@ -231,7 +237,7 @@ mod tests {
     fn forecasts(steps: usize, mut peak: impl FnMut(usize) -> f64) -> Vec<(usize, Forecast)> {
         let mut forecaster = Forecaster::default();
         (0..steps)
-            .filter_map(|s| Some((s, forecaster.on_step(Some(peak(s) as i64), LIMIT)?)))
+            .filter_map(|s| Some((s, forecaster.on_step(Some(peak(s) as i64), &[LIMIT])?)))
             .collect()
     }
 
@@ -390,5 +396,48 @@ mod tests {
         let found: Vec<usize> = forecasts(800, peak).iter().map(|(s, _)| *s).collect();
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[0] < 250 && found[1] > 350, "{found:?}");
+    }
+
+    /// Peaks and limits at the ends of the range: `u64::MAX` readings arrive saturated at
+    /// `i64::MAX`, a device may read 0 used or 0 total. Each gives a sane forecast or none,
+    /// and the steps kept stay bounded however long the run.
+    #[test]
+    fn peaks_and_limits_at_the_ends_of_the_range_give_a_sane_forecast_or_none() {
+        type Peak = Box<dyn Fn(i64) -> i64>;
+        let top = i64::MAX;
+        let steps = 4500;
+        let cases: Vec<(&str, Peak, i64, usize)> = vec![
+            ("zero peaks", Box::new(|_| 0), LIMIT, 0),
+            ("saturated peaks", Box::new(move |_| top), top, 0),
+            (
+                "zeros and saturated peaks in turn",
+                Box::new(move |s| if s % 2 == 0 { 0 } else { top }),
+                top,
+                0,
+            ),
+            ("a ramp toward a limit of 0", Box::new(|s| s << 26), 0, 0),
+            ("a falling ramp", Box::new(|s| LIMIT - (s << 23)), LIMIT, 0),
+            (
+                "a ramp at the top of the range",
+                Box::new(move |s| top - ((steps - s) << 40)),
+                top,
+                1,
+            ),
+        ];
+        for (name, peak, limit, expected) in cases {
+            let mut forecaster = Forecaster::default();
+            let mut found = 0;
+            for s in 0..steps {
+                if let Some(f) = forecaster.on_step(Some(peak(s)), &[limit]) {
+                    found += 1;
+                    assert!(
+                        f.steps >= 1 && f.growth_per_step > 0 && (0..=limit).contains(&f.level),
+                        "{name}: {f:?}"
+                    );
+                }
+            }
+            assert_eq!(found, expected, "{name}");
+            assert!(forecaster.peaks.len() <= HISTORY, "{name}");
+        }
     }
 }

@@ -240,3 +240,37 @@ fn with_the_forecast_s_stop_a_loop_that_checks_stops_and_the_summary_names_the_f
         summary.notes
     );
 }
+
+/// The forecast is of the device's own out-of-memory error where the budget cannot be it: a
+/// budget above the device's total (the device runs out first), and a budget the device
+/// already holds more than (the budget's own event has said so; the device still runs out).
+#[test]
+fn a_budget_above_the_device_or_below_its_use_forecasts_the_device_s_own_out_of_memory() {
+    let fake = FakeNvml::build();
+    let receiver = Receiver::start_grpc();
+    let quarter = (LIMIT - START) / 4 / GROWTH;
+    for budget in [LIMIT + 20 * GIB, START / 2] {
+        receiver.clear();
+        let builder =
+            setup::to_receiver(&receiver).memory_budget(gpuspan::MemoryBudget::Bytes(budget));
+        let (telemetry, _) = train(&fake, builder, quarter + 20, &ramp, &|_| false);
+        telemetry.shutdown().unwrap();
+
+        let found = forecast_steps(&receiver);
+        assert_eq!(found.len(), 1, "budget {budget}: one forecast");
+        let (step, span) = &found[0];
+        let event = span.events_named("gpu.memory.oom_forecast")[0];
+        assert_eq!(
+            event.int_attr("gpu.memory.limit"),
+            Some(LIMIT as i64),
+            "budget {budget}: forecast against the device's total"
+        );
+        let steps = event.int_attr("gpu.memory.forecast.steps").unwrap() as u64;
+        assert!(
+            (step + steps).abs_diff(truth()) <= 1,
+            "budget {budget}: forecast to run out at step {}; it does at {}",
+            step + steps,
+            truth()
+        );
+    }
+}

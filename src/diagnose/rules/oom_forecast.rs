@@ -1,5 +1,6 @@
 //! The OOM forecast: each device's step peaks against its limit (the budget where one is
-//! set, else the device's or MIG instance's total). The limit less the device's use is the
+//! set and below the device's or MIG instance's total, else that total; and the total once
+//! the steps are past the budget). The limit less the device's use is the
 //! headroom, so what other processes hold on the device is not the program's to grow into.
 //! The step where the forecast first holds gets the event `gpu.memory.oom_forecast`, with
 //! the steps left and the growth per step it used, once per crossing (`diagnose/forecast.rs`
@@ -115,11 +116,22 @@ impl SpanRule for ForecastRule {
         for ((forecaster, limit), peak) in
             self.devices.iter_mut().zip(&self.limits.devices).zip(peaks)
         {
-            let Some(ceiling) = limit.budget.or(limit.total) else {
-                continue;
+            let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+            let (budget, total) = (limit.budget.map(bytes), limit.total.map(bytes));
+            // The budget, unless the device runs out first; then, for a run already past
+            // its budget, the device's total, where the out-of-memory error comes.
+            let first = match (budget, total) {
+                (Some(budget), Some(total)) => Some(budget.min(total)),
+                _ => budget.or(total),
             };
-            let ceiling = i64::try_from(ceiling).unwrap_or(i64::MAX);
-            if let Some(forecast) = forecaster.on_step(peak, ceiling) {
+            let ceilings: Vec<i64> = first
+                .into_iter()
+                .chain(total.filter(|t| Some(*t) != first))
+                .collect();
+            if ceilings.is_empty() {
+                continue;
+            }
+            if let Some(forecast) = forecaster.on_step(peak, &ceilings) {
                 found.push(attributes(limit.id, &forecast));
             }
         }
