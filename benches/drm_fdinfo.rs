@@ -5,7 +5,9 @@
 //! - `read`: one sampler read (the fds are looked through again every 250 ms, which this
 //!   includes at that rate);
 //! - `first read`: the look through `fd/` (a `readlink` per fd) and every fdinfo, as after
-//!   a rescan.
+//!   a rescan;
+//! - `first read` with 4,096 other fds open (sockets, files: a data loader's), which the
+//!   look through `fd/` every 250 ms pays a `readlink` each for.
 //!
 //! The tree is written to a temporary directory, so the figure is the file system's cost
 //! of 64 small reads plus the parsing: a real kernel also builds each fdinfo text (amdgpu
@@ -23,6 +25,14 @@ use gpuspan::__drm::OwnClients;
 
 const FDS: u32 = 64;
 const PID: u32 = 4242;
+
+/// Other fds of the process, beside its clients: not DRM devices.
+fn write_other_fds(root: &Path, count: u32) {
+    let fd = root.join(format!("{PID}/fd"));
+    for n in 1000..1000 + count {
+        std::os::unix::fs::symlink(format!("socket:[{n}]"), fd.join(n.to_string())).unwrap();
+    }
+}
 
 fn write_tree(root: &Path) {
     let fd = root.join(format!("{PID}/fd"));
@@ -69,6 +79,14 @@ fn fdinfo(c: &mut Criterion) {
         b.iter(|| clients.read(Instant::now()))
     });
     c.bench_function("drm fdinfo: first read (readlink 68 fds), 64 fds", |b| {
+        b.iter(|| OwnClients::new(dir.path(), PID).read(Instant::now()))
+    });
+    write_other_fds(dir.path(), 4096);
+    assert_eq!(
+        OwnClients::new(dir.path(), PID).read(Instant::now()),
+        Some(expected)
+    );
+    c.bench_function("drm fdinfo: first read (readlink 4164 fds), 64 fds", |b| {
         b.iter(|| OwnClients::new(dir.path(), PID).read(Instant::now()))
     });
 }
