@@ -147,6 +147,7 @@ pub(crate) const SYSFS_ROOT: Defaulted<PathBuf> = Row::new(
     path,
 )
 .doc("Where sysfs is, for AMD and Intel GPUs' files.")
+.checked(|root| not_a_file(root, "a directory laid out as /sys"))
 .defaults_to(|| PathBuf::from("/sys"));
 pub(crate) const PROCFS_ROOT: Defaulted<PathBuf> = Row::new(
     "procfs_root",
@@ -156,7 +157,18 @@ pub(crate) const PROCFS_ROOT: Defaulted<PathBuf> = Row::new(
     path,
 )
 .doc("Where procfs is, for this process's DRM clients.")
+.checked(|root| not_a_file(root, "a directory laid out as /proc"))
 .defaults_to(|| PathBuf::from("/proc"));
+
+/// A root of the kernel's files: a file there is a mistake said at once (where nothing is
+/// there, the sources say what they found missing, as on a machine without those files).
+fn not_a_file(root: &std::path::Path, expected: &'static str) -> Result<(), &'static str> {
+    match std::fs::metadata(root) {
+        Ok(metadata) if !metadata.is_dir() => Err(expected),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) const RUN_DIR: Defaulted<PathBuf> = Row::new(
     "run_dir",
     one(&[GPUSPAN_RUN_DIR]),

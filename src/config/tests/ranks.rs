@@ -296,6 +296,36 @@ fn the_kernel_s_file_roots_default_to_sys_and_proc() {
 }
 
 #[test]
+fn a_kernel_file_root_that_is_a_file_is_refused_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sys");
+    std::fs::write(&file, "not a directory").unwrap();
+    let file = file.to_str().unwrap();
+    for var in ["GPUSPAN_SYSFS_ROOT", "GPUSPAN_PROCFS_ROOT"] {
+        let err = with_env(&[(var, file)], || resolve(&CodeSettings::default()))
+            .map(drop)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(var) && err.contains(file) && err.contains("directory"),
+            "{err}"
+        );
+    }
+    let code = CodeSettings {
+        sysfs_root: Some(file.into()),
+        ..CodeSettings::default()
+    };
+    let err = with_env(&[], || resolve(&code))
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sysfs_root") && err.contains("directory"),
+        "{err}"
+    );
+}
+
+#[test]
 fn device_scope_prefers_gpuspan_devices_over_cuda_visible_devices() {
     let env = [("GPUSPAN_DEVICES", "1"), ("CUDA_VISIBLE_DEVICES", "0")];
     let settings = with_env(&env, || resolve(&CodeSettings::default())).unwrap();

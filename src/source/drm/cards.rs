@@ -19,7 +19,8 @@ pub(crate) enum Driver {
 }
 
 impl Driver {
-    fn from_name(name: &str) -> Option<Self> {
+    /// The driver that `name` (a `DRIVER=` or `drm-driver` value) names, if it is read here.
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         match name {
             "amdgpu" => Some(Driver::Amdgpu),
             "xe" => Some(Driver::Xe),
@@ -50,8 +51,13 @@ impl Driver {
 pub(crate) struct Card {
     /// `N` of `cardN`.
     pub(crate) number: u32,
-    /// `<sysfs>/class/drm/cardN/device`.
+    /// The PCI device's own directory, where `<sysfs>/class/drm/cardN/device` leads: a
+    /// device removed and back under another card number is read there again, and a card
+    /// number another device takes meanwhile never gives that device's figures.
     pub(crate) dir: PathBuf,
+    /// `<sysfs>/class/drm/cardN` as found when the source opened (i915 keeps its GTs'
+    /// files there, not in the PCI device's directory).
+    pub(crate) drm_dir: PathBuf,
     pub(crate) driver: Driver,
     /// The PCI slot (`PCI_SLOT_NAME`), as fdinfo's `drm-pdev` names it.
     pub(crate) pdev: String,
@@ -158,7 +164,8 @@ fn card(number: u32, dir: &Path, kfd: &[KfdNode]) -> Option<Card> {
     };
     Some(Card {
         number,
-        dir: dir.to_path_buf(),
+        dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
+        drm_dir: dir.parent().unwrap_or(dir).to_path_buf(),
         driver,
         uuid,
         name,
@@ -183,7 +190,7 @@ fn tiles_vram(dir: &Path) -> Option<u64> {
         if !is_tile {
             continue;
         }
-        if let Ok(bytes) = files::number(&entry.path().join("physical_vram_size_bytes"), &mut buf) {
+        if let Ok(bytes) = files::bytes(&entry.path().join("physical_vram_size_bytes"), &mut buf) {
             total = Some(total.unwrap_or(0u64).saturating_add(bytes));
         }
     }

@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::cards::Driver;
 use super::fdinfo::{self, Split};
 use super::files::{self, Missing};
 
@@ -85,6 +86,12 @@ pub(crate) enum Notice {
     Unreadable(String),
     /// A client of this process names no device-memory region (an APU).
     NoDeviceRegion(PathBuf),
+    /// A memory line left out of a client's figures, as the file shows it.
+    Malformed { path: PathBuf, line: String },
+    /// A client of this process, of a driver read here, names no device (`drm-pdev`).
+    NoDevice(PathBuf),
+    /// Another process's fdinfo cannot be read (other than permission denied), in words.
+    Left(String),
 }
 
 /// Reads the DRM clients of this process, or of every process, from a procfs root.
@@ -157,6 +164,8 @@ impl Clients {
                             // Another user's client: the device's sum leaves it out, and
                             // says so.
                             self.notice(Notice::Denied(path));
+                        } else {
+                            self.notice(Notice::Left(why.describe(&path)));
                         }
                         continue;
                     }
@@ -167,7 +176,19 @@ impl Clients {
                     gone.push((pid, fd));
                     continue;
                 };
+                if let Some(line) = &client.malformed {
+                    self.notice(Notice::Malformed {
+                        path: path.clone(),
+                        line: line.clone(),
+                    });
+                }
                 let Some(pdev) = client.pdev.clone() else {
+                    // Which device holds this process's memory cannot be told: not zero
+                    // on each, but not measured.
+                    if pid == self.pid && Driver::from_name(&client.driver).is_some() {
+                        usage.own_complete = false;
+                        self.notice(Notice::NoDevice(path));
+                    }
                     continue;
                 };
                 // A client shared with another process (an fd passed on, or kept over a
@@ -179,7 +200,8 @@ impl Clients {
                 };
                 let split = client.split();
                 if pid == self.pid && first(&mut seen_own) {
-                    if split.device.is_none() {
+                    // A device line left out is named as such, not taken for an APU.
+                    if split.device.is_none() && client.malformed.is_none() {
                         self.notice(Notice::NoDeviceRegion(path));
                     }
                     add(&mut usage.own, &pdev, split);

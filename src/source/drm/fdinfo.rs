@@ -4,7 +4,9 @@
 //! Keys are `drm-driver`, `drm-pdev`, `drm-client-id`, and memory as
 //! `drm-resident-<region>`, or amdgpu's older `drm-memory-<region>`; values are whole
 //! numbers with no unit (bytes), `KiB` or `MiB`. A line that does not follow the format is
-//! skipped: the rest of the file still counts.
+//! skipped: the rest of the file still counts. A memory line skipped (a value that is no
+//! byte count or more than any device holds, a region named a second time) is kept, as
+//! the file shows it, for the warning that names it.
 
 /// What one fdinfo file says of its DRM client. Plain data; parsing never fails, a file
 /// with no `drm-driver` key is not a DRM client and parses to `None`.
@@ -20,6 +22,8 @@ pub(crate) struct Client {
     pub(crate) resident: Vec<(String, u64)>,
     /// amdgpu's older `drm-memory-<region>`, in bytes.
     pub(crate) legacy: Vec<(String, u64)>,
+    /// The first memory line left out (see the module's documentation), as shown.
+    pub(crate) malformed: Option<String>,
 }
 
 /// Where a memory region lives.
@@ -84,11 +88,15 @@ impl Client {
 pub(crate) fn parse(text: &[u8]) -> Option<Client> {
     let mut client = Client::default();
     let mut driver = None;
-    for line in text.split(|&b| b == b'\n') {
-        let Ok(line) = std::str::from_utf8(line) else {
-            continue;
-        };
-        let Some((key, value)) = line.split_once(':') else {
+    for raw in text.split(|&b| b == b'\n') {
+        let memory = raw.starts_with(b"drm-resident-") || raw.starts_with(b"drm-memory-");
+        let Some((key, value)) = std::str::from_utf8(raw)
+            .ok()
+            .and_then(|line| line.split_once(':'))
+        else {
+            if memory {
+                client.left_out(raw);
+            }
             continue;
         };
         let (key, value) = (key.trim(), value.trim());
@@ -105,12 +113,12 @@ pub(crate) fn parse(text: &[u8]) -> Option<Client> {
                 client.client_id = Some(id);
             }
         } else if let Some(region) = key.strip_prefix("drm-resident-") {
-            if let (false, Some(bytes)) = (region.is_empty(), bytes(value)) {
-                client.resident.push((region.to_owned(), bytes));
+            if !push(&mut client.resident, region, value) {
+                client.left_out(raw);
             }
         } else if let Some(region) = key.strip_prefix("drm-memory-") {
-            if let (false, Some(bytes)) = (region.is_empty(), bytes(value)) {
-                client.legacy.push((region.to_owned(), bytes));
+            if !push(&mut client.legacy, region, value) {
+                client.left_out(raw);
             }
         }
     }
@@ -118,7 +126,36 @@ pub(crate) fn parse(text: &[u8]) -> Option<Client> {
     Some(client)
 }
 
-/// `1234`, `1234 KiB` or `1234 MiB` in bytes; `None` for anything else or an overflow.
+/// Adds `region`'s figure to `regions`; `false` when the line is left out: no region, a
+/// value that is no byte count, or a region already given (the kernel writes each once,
+/// so which figure is right cannot be told; the first stays, and is not doubled).
+fn push(regions: &mut Vec<(String, u64)>, region: &str, value: &str) -> bool {
+    let Some(bytes) = bytes(value) else {
+        return false;
+    };
+    if region.is_empty() || regions.iter().any(|(r, _)| r == region) {
+        return false;
+    }
+    regions.push((region.to_owned(), bytes));
+    true
+}
+
+impl Client {
+    /// Keeps the first memory line left out, as the file shows it (at most 80 characters).
+    fn left_out(&mut self, line: &[u8]) {
+        if self.malformed.is_none() {
+            let shown: String = String::from_utf8_lossy(line)
+                .trim()
+                .chars()
+                .take(80)
+                .collect();
+            self.malformed = Some(shown);
+        }
+    }
+}
+
+/// `1234`, `1234 KiB` or `1234 MiB` in bytes; `None` for anything else, or for more than
+/// any device holds ([`MOST_BYTES`](super::files::MOST_BYTES)).
 fn bytes(value: &str) -> Option<u64> {
     let mut parts = value.split_whitespace();
     let number = parts.next()?;
@@ -135,7 +172,9 @@ fn bytes(value: &str) -> Option<u64> {
     if parts.next().is_some() {
         return None;
     }
-    number.checked_mul(scale)
+    number
+        .checked_mul(scale)
+        .filter(|bytes| *bytes <= super::files::MOST_BYTES)
 }
 
 #[cfg(test)]

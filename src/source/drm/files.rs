@@ -10,6 +10,11 @@ use std::path::Path;
 /// them, and is refused rather than read into memory.
 pub(crate) const MOST: usize = 64 * 1024;
 
+/// The most a memory figure can be: no device, nor the host memory behind it, comes near a
+/// pebibyte, so a larger figure in one of the kernel's files is not a measurement, and is
+/// refused rather than shown (summed, it would also pass what an OTLP integer carries).
+pub(crate) const MOST_BYTES: u64 = 1 << 50;
+
 /// Why a file gave no figure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Missing {
@@ -19,6 +24,8 @@ pub(crate) enum Missing {
     Denied,
     /// It could be read, but what it says is not a number.
     Malformed,
+    /// A number of bytes past [`MOST_BYTES`].
+    Implausible(u64),
     /// Another error, in words.
     Failed(String),
 }
@@ -30,6 +37,8 @@ impl Missing {
             ErrorKind::PermissionDenied => Missing::Denied,
             // A device that went away answers ENODEV on files still open or listed.
             _ if error.raw_os_error() == Some(19) => Missing::Absent,
+            // A process that ended between its listing and the read of its files.
+            _ if error.raw_os_error() == Some(libc::ESRCH) => Missing::Absent,
             _ => Missing::Failed(error.to_string()),
         }
     }
@@ -40,6 +49,11 @@ impl Missing {
             Missing::Absent => format!("{} is not there", path.display()),
             Missing::Denied => format!("{} cannot be read (permission denied)", path.display()),
             Missing::Malformed => format!("{} does not hold a number", path.display()),
+            Missing::Implausible(bytes) => format!(
+                "{} says {bytes} bytes, more than any device holds (over 1 PiB): not a \
+                 measurement",
+                path.display()
+            ),
             Missing::Failed(why) => format!("{} cannot be read ({why})", path.display()),
         }
     }
@@ -89,6 +103,15 @@ pub(crate) fn number(path: &Path, buf: &mut Vec<u8>) -> Result<u64, Missing> {
         .map_err(|_| Missing::Malformed)?
         .trim();
     parse_number(text).ok_or(Missing::Malformed)
+}
+
+/// A number of bytes alone in a file (`mem_info_vram_used`), read as [`number`] reads it,
+/// and at most [`MOST_BYTES`].
+pub(crate) fn bytes(path: &Path, buf: &mut Vec<u8>) -> Result<u64, Missing> {
+    match number(path, buf)? {
+        bytes if bytes > MOST_BYTES => Err(Missing::Implausible(bytes)),
+        bytes => Ok(bytes),
+    }
 }
 
 /// Decimal, or hexadecimal after `0x`.

@@ -58,7 +58,8 @@ fn banks(dir: &Path) -> Option<u64> {
         let Ok(properties) = files::read_text(&entry.path().join("properties")) else {
             continue;
         };
-        if let Some(size) = files::property(&properties, "size_in_bytes") {
+        let size = files::property(&properties, "size_in_bytes");
+        if let Some(size) = size.filter(|size| *size <= files::MOST_BYTES) {
             total = Some(total.unwrap_or(0u64).saturating_add(size));
         }
     }
@@ -86,7 +87,7 @@ pub(crate) fn vram_by_gpu(sysfs: &Path, buf: &mut Vec<u8>) -> (Vec<(u64, u64)>, 
             else {
                 continue;
             };
-            match files::number(&file.path(), buf) {
+            match files::bytes(&file.path(), buf) {
                 Ok(bytes) => match sums.iter_mut().find(|(id, _)| *id == gpu_id) {
                     Some((_, sum)) => *sum = sum.saturating_add(bytes),
                     None => sums.push((gpu_id, bytes)),

@@ -178,25 +178,45 @@ impl DrmSource {
     }
 
     fn tell(&self, notice: Notice) {
-        let line = match notice {
-            Notice::Denied(path) => format!(
-                "{} cannot be read (permission denied): the device memory of Intel GPUs is \
-                 summed over the processes this user can read, so another user's share is \
-                 not in it; run as that user, or as root, to count every process",
-                path.display()
-            ),
-            Notice::Unreadable(why) => format!(
-                "{why}: this process's GPU memory (gpu.process.memory.*) is not measured \
-                 while it cannot be read"
-            ),
-            Notice::NoDeviceRegion(path) => format!(
-                "{} names no device-memory region (drm-resident-vram*, local*): the GPU \
-                 shares the host's memory (an APU or integrated GPU), so this process's GPU \
-                 memory is not measured; its host memory is in process.memory.*",
-                path.display()
-            ),
-        };
-        eprintln!("gpuspan: warning: {line}");
+        eprintln!("gpuspan: warning: {}", warning(notice));
+    }
+}
+
+/// What a notice tells the user, in one line.
+fn warning(notice: Notice) -> String {
+    match notice {
+        Notice::Denied(path) => format!(
+            "{} cannot be read (permission denied): the device memory of Intel GPUs is \
+             summed over the processes this user can read, so another user's share is \
+             not in it; run as that user, or as root, to count every process",
+            path.display()
+        ),
+        Notice::Unreadable(why) => format!(
+            "{why}: this process's GPU memory (gpu.process.memory.*) is not measured \
+             while it cannot be read"
+        ),
+        Notice::NoDeviceRegion(path) => format!(
+            "{} names no device-memory region (drm-resident-vram*, local*): the GPU \
+             shares the host's memory (an APU or integrated GPU), so this process's GPU \
+             memory is not measured; its host memory is in process.memory.*",
+            path.display()
+        ),
+        Notice::Malformed { path, line } => format!(
+            "{} has a memory line no kernel writes ('{line}': not bytes, KiB or MiB, more \
+             than any device holds, or a region given a second time); that line is left \
+             out of the GPU memory read there",
+            path.display()
+        ),
+        Notice::NoDevice(path) => format!(
+            "{} is a client of an AMD or Intel GPU that names no device (no drm-pdev): \
+             this process's GPU memory (gpu.process.memory.*) is not measured while it \
+             cannot be told which device holds it",
+            path.display()
+        ),
+        Notice::Left(why) => format!(
+            "{why}: the device memory of Intel GPUs is summed over the processes whose \
+             files can be read, so that process's share is not in it"
+        ),
     }
 }
 
@@ -287,7 +307,7 @@ impl MemorySource for DrmSource {
                     );
                     reading.total = node.memory;
                     let mine = kfd::process_vram(&self.sysfs, self.pid, node.gpu_id);
-                    reading.process_used = match files::number(&mine, &mut self.buf) {
+                    reading.process_used = match files::bytes(&mine, &mut self.buf) {
                         Ok(bytes) => Some(bytes),
                         Err(Missing::Absent) => Some(0),
                         Err(_) => None,
@@ -295,7 +315,7 @@ impl MemorySource for DrmSource {
                 }
                 (Driver::Amdgpu, _, _) => {
                     let used_path = card.dir.join("mem_info_vram_used");
-                    match files::number(&used_path, &mut self.buf) {
+                    match files::bytes(&used_path, &mut self.buf) {
                         Ok(used) => reading.used = Some(used),
                         Err(why) => {
                             reading.error = Some(lost(&why, &used_path));
@@ -303,11 +323,11 @@ impl MemorySource for DrmSource {
                         }
                     }
                     reading.total =
-                        files::number(&card.dir.join("mem_info_vram_total"), &mut self.buf).ok();
+                        files::bytes(&card.dir.join("mem_info_vram_total"), &mut self.buf).ok();
                     reading.utilization = self.utilization[i];
                     let kfd = card.kfd.as_ref().and_then(|node| {
                         let path = kfd::process_vram(&self.sysfs, self.pid, node.gpu_id);
-                        files::number(&path, &mut self.buf).ok()
+                        files::bytes(&path, &mut self.buf).ok()
                     });
                     reading.process_used = kfd.or_else(|| usage.own_device(&card.pdev));
                 }

@@ -68,11 +68,7 @@ impl Throttle {
                 .flat_map(|tile| subdirs(tile, "gt"))
                 .filter_map(|gt| xe_gt(&gt.join("freq0")))
                 .collect(),
-            Driver::I915 => card
-                .dir
-                .parent()
-                .map(|drm_card| subdirs(&drm_card.join("gt"), "gt"))
-                .unwrap_or_default()
+            Driver::I915 => subdirs(&card.drm_dir.join("gt"), "gt")
                 .iter()
                 .filter_map(|gt| i915_gt(gt))
                 .collect(),

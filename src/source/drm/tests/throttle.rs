@@ -74,3 +74,27 @@ fn a_throttle_file_that_cannot_be_read_leaves_its_figure_out() {
     let reading = read_power(&mut tree.open());
     assert_eq!((reading.clock_reasons, reading.sm_clock_mhz), (None, None));
 }
+
+#[test]
+fn i915_s_gt_files_are_found_beside_a_device_link_that_leads_into_sys_devices() {
+    // As the kernel lays it out: `class/drm/card0/device` a link to the PCI device, the
+    // GTs under `class/drm/card0/gt`.
+    let tree = Tree::of("i915-system0-local0");
+    let pci = tree.path("sys/devices/pci0000:00/0000:4d:00.0");
+    std::fs::create_dir_all(pci.parent().unwrap()).unwrap();
+    std::fs::rename(tree.path("sys/class/drm/card0/device"), &pci).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:00/0000:4d:00.0",
+        tree.path("sys/class/drm/card0/device"),
+    )
+    .unwrap();
+    let files = [
+        ("throttle_reason_status", "1\n"),
+        ("throttle_reason_pl2", "1\n"),
+        ("rps_act_freq_mhz", "1300\n"),
+    ];
+    write(&tree, "sys/class/drm/card0/gt/gt0", &files);
+    let reading = read_power(&mut tree.open());
+    assert_eq!(reading.clock_reasons, Some(0x4));
+    assert_eq!(reading.sm_clock_mhz, Some(1300));
+}
