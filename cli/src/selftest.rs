@@ -5,6 +5,9 @@
 //! from a run directory, as a user's run would be read, and checks that each span's peak
 //! and this process's figures rose by the allocation, to within the driver's granularity.
 //! It also reports what the driver's calls cost and how well the sampler kept its cadence.
+//!
+//! AMD and Intel GPUs are read from the kernel's files, and CUDA does not reach them: the
+//! selftest says so, with what those files say now, and proves nothing there.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -47,6 +50,8 @@ pub(crate) enum SelftestError {
     NoCuda,
     #[error("no GPU to test: {0}")]
     NoGpu(String),
+    #[error("no device it can test through CUDA ({cuda}); {note}")]
+    KernelFilesOnly { cuda: String, note: String },
     #[error("the CUDA driver failed to {what}: {source:?}")]
     Cuda {
         what: &'static str,
@@ -102,10 +107,6 @@ fn cuda<T>(what: &'static str, call: Result<T, DriverError>) -> Result<T, Selfte
 
 /// Runs the selftest, writing its spans to a run directory under `scratch`.
 pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestError> {
-    // SAFETY: only tries to open the library; no symbol of it is called.
-    if !unsafe { sys::is_culib_present() } {
-        return Err(SelftestError::NoCuda);
-    }
     let telemetry = gpuspan::Telemetry::builder()
         .run_dir(scratch)
         .run_id("selftest")
@@ -115,11 +116,26 @@ pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestE
         .summary(false)
         .timeline(false)
         .install()?;
-    if telemetry.memory_source() != Some("nvml") {
-        return Err(SelftestError::NoGpu(format!(
-            "gpuspan reads memory through {}, not NVML (is the NVIDIA driver installed?)",
-            telemetry.memory_source().unwrap_or("nothing")
-        )));
+    let source = telemetry.memory_source().unwrap_or("nothing").to_owned();
+    // SAFETY: only tries to open the library; no symbol of it is called.
+    let cuda_present = unsafe { sys::is_culib_present() };
+    if !cuda_present || !source.starts_with("nvml") {
+        // Past the sampler's first reads, for the figures the note shows.
+        std::thread::sleep(options.interval * 4);
+        let note = kernel_files_note(&telemetry.devices(), &source);
+        let cuda = match (cuda_present, &note) {
+            (false, None) => return Err(SelftestError::NoCuda),
+            (false, Some(_)) => SelftestError::NoCuda.to_string(),
+            (true, None) => {
+                return Err(SelftestError::NoGpu(format!(
+                    "gpuspan reads memory through {source}, not NVML (is the NVIDIA driver \
+                     installed?)"
+                )))
+            }
+            (true, Some(_)) => "gpuspan reads no NVIDIA GPU through NVML".to_owned(),
+        };
+        let note = note.unwrap_or_default();
+        return Err(SelftestError::KernelFilesOnly { cuda, note });
     }
     let devices = telemetry.devices();
     if devices.is_empty() {
@@ -197,6 +213,7 @@ pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestE
         });
     }
     let stats = telemetry.sampler_stats();
+    let note = kernel_files_note(&telemetry.devices(), &source);
     telemetry.shutdown()?;
     let (mut held, mut spikes) = (Vec::new(), Vec::new());
     gpuspan::runlog::read_run_and(&scratch.join("selftest"), |record| {
@@ -209,13 +226,50 @@ pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestE
     held.sort_by_key(|r| r.start_unix_nanos);
     spikes.sort_by_key(|r| r.start_unix_nanos);
     let spans = Spans { held, spikes };
-    Ok(report(
-        &tested,
-        &spans,
-        devices.len(),
-        stats.as_ref(),
-        options,
-    ))
+    let mut outcome = report(&tested, &spans, devices.len(), stats.as_ref(), options);
+    if let Some(note) = note {
+        outcome.table.push_str(&note);
+        outcome.table.push('\n');
+    }
+    Ok(outcome)
+}
+
+/// What the selftest can say of the AMD and Intel devices in scope (read from the kernel's
+/// files, which CUDA does not reach): that it proves nothing there, and what their files
+/// say now; `None` without such a device.
+fn kernel_files_note(devices: &[gpuspan::DeviceMemory], source: &str) -> Option<String> {
+    let others: Vec<&gpuspan::DeviceMemory> = devices
+        .iter()
+        .filter(|d| d.device.vendor != "NVIDIA")
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    let files = source
+        .split('+')
+        .filter(|s| *s != "nvml")
+        .collect::<Vec<_>>()
+        .join("+");
+    let mut note = format!(
+        "{} AMD or Intel device(s) read from the kernel's files ({files}): the selftest \
+         allocates through CUDA, which does not reach them, so it cannot prove there that a \
+         span's peak holds an allocation or a two-interval spike, nor that this process's \
+         figure rises with it; it shows only that their files read now:",
+        others.len()
+    );
+    for d in others {
+        let figure = |v: Option<u64>, none: &str| v.map_or(none.to_owned(), mib);
+        let _ = write!(
+            note,
+            "\n{:>4}  {:<24} {}: {} used of {}",
+            d.device.id().to_string(),
+            d.device.name,
+            d.device.uuid,
+            figure(d.used, "nothing read"),
+            figure(d.total, "no total"),
+        );
+    }
+    Some(note)
 }
 
 /// The UUID of CUDA's device `device`: a MIG instance's own, as NVML spells it.
