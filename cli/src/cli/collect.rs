@@ -18,7 +18,11 @@ pub(super) fn collect(
     tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 ) -> Result<(), CommandError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let over = if tls.is_some() { " over TLS" } else { "" };
+    // Over TLS, the addresses are given as the endpoints a program sends to.
+    let (over, scheme) = match tls {
+        Some(_) => (" over TLS,", "https://"),
+        None => ("", ""),
+    };
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(CommandError::Signals)?;
     let collector = crate::collect::Collector::builder()
@@ -35,7 +39,7 @@ pub(super) fn collect(
         ("HTTP", collector.http_addr()),
     ]
     .iter()
-    .filter_map(|(name, addr)| addr.map(|a| format!("{name} on {a}")))
+    .filter_map(|(name, addr)| addr.map(|a| format!("{name} on {scheme}{a}")))
     .collect();
     eprintln!(
         "gpuspan collect: OTLP{over} {}; forwarding to {}",

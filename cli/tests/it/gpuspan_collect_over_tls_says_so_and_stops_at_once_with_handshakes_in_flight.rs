@@ -59,8 +59,8 @@ fn the_first_line_says_the_receivers_serve_tls() {
     let banner = collector.banner.clone();
     assert!(
         banner.contains("TLS")
-            && banner.contains(&collector.grpc.to_string())
-            && banner.contains(&collector.http.to_string()),
+            && banner.contains(&format!("https://{}", collector.grpc))
+            && banner.contains(&format!("https://{}", collector.http)),
         "{banner}"
     );
     let (status, _) = collector.stop();
