@@ -18,6 +18,7 @@ pub use columns::Number;
 use columns::Slot;
 pub(crate) use columns::TRACED;
 pub use energy::SpanEnergy;
+pub use read::SpanReader;
 pub(crate) use read::{Attr, RecordBuilder};
 pub(crate) use reading::AtomicReading;
 pub(crate) use reading::Reading;

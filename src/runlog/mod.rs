@@ -12,6 +12,7 @@ pub mod throttle;
 
 pub use crate::config::{default_run_root, RANK_DIR_PREFIX};
 pub use crate::diagnose::{Marker, DIAGNOSIS_EVENTS, LIMITS_FILE};
+pub use crate::figures::SpanReader;
 pub use crate::record::{DeviceFigures, EnergyFigures, GpuId, Memory, Role, SpanRecord};
 pub use crate::timeline::file::{
     read_timeline, Figure, Series, Timeline, TimelineDevice, TimelineEncoder, TimelineError,

@@ -133,7 +133,7 @@ fn read_traces(path: &Path, skipped: &mut Vec<String>) -> Result<Vec<RankSpans>,
                 if text.trim().is_empty() {
                     return Ok(None);
                 }
-                serde_json::from_str::<Request<'_>>(text)
+                serde_json::from_str::<Request>(text)
                     .map(Some)
                     .map_err(|e| e.to_string())
             });
@@ -149,25 +149,18 @@ fn read_traces(path: &Path, skipped: &mut Vec<String>) -> Result<Vec<RankSpans>,
             }
             Err(why) => return Err(bad(why)),
         };
-        for resource in &request.resource_spans {
-            let rank = resource.rank();
-            let index = match ranks.iter().position(|r| r.rank == rank) {
+        for resource in request.resource_spans {
+            let index = match ranks.iter().position(|r| r.rank == resource.rank) {
                 Some(index) => index,
                 None => {
                     ranks.push(RankSpans {
-                        rank,
+                        rank: resource.rank.clone(),
                         spans: Vec::new(),
                     });
                     ranks.len() - 1
                 }
             };
-            ranks[index].spans.extend(
-                resource
-                    .scope_spans
-                    .iter()
-                    .flat_map(|s| &s.spans)
-                    .map(|span| span.record()),
-            );
+            ranks[index].spans.extend(resource.into_spans());
         }
     }
     ranks.sort_by(|a, b| rank_order(&a.rank).cmp(&rank_order(&b.rank)));

@@ -1,30 +1,41 @@
 //! A traces file's line read fast: only what a comparison uses (ids, name, times, status
 //! and the `gpu.`, `ml.` and `batch_size` attributes), borrowed from the line where it can
-//! be, everything else skipped unread. The span then goes through the one reader of span
-//! attributes (`SpanRecord::from_otlp`), as a run directory's spans always do.
+//! be, everything else skipped unread. Each span's attributes go straight into the one
+//! reader of span attributes (`SpanReader`, the rules of `SpanRecord::from_otlp`) as they
+//! are decoded, so no span is built twice and no attribute is copied.
 
 use std::borrow::Cow;
+use std::fmt;
 
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use gpuspan::names::attribute;
-use gpuspan::runlog::SpanRecord;
+use gpuspan::runlog::{SpanReader, SpanRecord};
 
 /// One export request, as OTLP/JSON writes it.
 #[derive(Deserialize)]
-pub(super) struct Request<'a> {
-    #[serde(rename = "resourceSpans", default, borrow)]
-    pub(super) resource_spans: Vec<ResourceSpans<'a>>,
+pub(super) struct Request {
+    #[serde(rename = "resourceSpans", default)]
+    pub(super) resource_spans: Vec<ResourceSpans>,
 }
 
+/// One resource's spans, read.
 #[derive(Deserialize)]
-pub(super) struct ResourceSpans<'a> {
-    #[serde(default, borrow)]
-    resource: Option<Resource<'a>>,
-    #[serde(rename = "scopeSpans", default, borrow)]
-    pub(super) scope_spans: Vec<ScopeSpans<'a>>,
+pub(super) struct ResourceSpans {
+    /// The resource's `ml.rank`, if it names one.
+    #[serde(rename = "resource", default, deserialize_with = "rank_of")]
+    pub(super) rank: Option<String>,
+    #[serde(rename = "scopeSpans", default)]
+    scope_spans: Vec<ScopeSpans>,
+}
+
+impl ResourceSpans {
+    /// The spans of every scope, in the order read.
+    pub(super) fn into_spans(self) -> impl Iterator<Item = SpanRecord> {
+        self.scope_spans.into_iter().flat_map(|s| s.spans)
+    }
 }
 
 #[derive(Deserialize)]
@@ -34,29 +45,9 @@ struct Resource<'a> {
 }
 
 #[derive(Deserialize)]
-pub(super) struct ScopeSpans<'a> {
-    #[serde(default, borrow)]
-    pub(super) spans: Vec<WireSpan<'a>>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct WireSpan<'a> {
-    #[serde(rename = "traceId", default, borrow)]
-    trace_id: Cow<'a, str>,
-    #[serde(rename = "spanId", default, borrow)]
-    span_id: Cow<'a, str>,
-    #[serde(rename = "parentSpanId", default, borrow)]
-    parent_span_id: Cow<'a, str>,
-    #[serde(default, borrow)]
-    name: Cow<'a, str>,
-    #[serde(rename = "startTimeUnixNano", default)]
-    start: Number,
-    #[serde(rename = "endTimeUnixNano", default)]
-    end: Number,
-    #[serde(default, borrow)]
-    attributes: Vec<Attribute<'a>>,
-    #[serde(default, borrow)]
-    status: Option<WireStatus<'a>>,
+struct ScopeSpans {
+    #[serde(default, deserialize_with = "spans")]
+    spans: Vec<SpanRecord>,
 }
 
 #[derive(Deserialize)]
@@ -91,12 +82,12 @@ struct Value<'a> {
 struct Double(Option<f64>);
 
 impl<'de> Deserialize<'de> for Double {
-    fn deserialize<D: serde::Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl serde::de::Visitor<'_> for Visitor {
+    fn deserialize<D: Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
+        struct DoubleVisitor;
+        impl Visitor<'_> for DoubleVisitor {
             type Value = Double;
 
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a number, or a string of one")
             }
 
@@ -116,16 +107,20 @@ impl<'de> Deserialize<'de> for Double {
                 Ok(Double(v.parse().ok()))
             }
         }
-        input.deserialize_any(Visitor)
+        input.deserialize_any(DoubleVisitor)
     }
 }
+
+/// Text borrowed from the line unless it holds escapes.
+#[derive(Deserialize, Default)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 /// An integer as OTLP/JSON writes one: a string of digits, or a number.
 #[derive(Default, Clone, Copy)]
 struct Number(Option<i128>);
 
 impl<'de> Deserialize<'de> for Number {
-    fn deserialize<D: serde::Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
         input.deserialize_any(NumberVisitor)
     }
 }
@@ -133,10 +128,10 @@ impl<'de> Deserialize<'de> for Number {
 /// Reads a number or a string of digits as it comes, without buffering the value.
 struct NumberVisitor;
 
-impl serde::de::Visitor<'_> for NumberVisitor {
+impl Visitor<'_> for NumberVisitor {
     type Value = Number;
 
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an integer, or a string of one")
     }
 
@@ -165,91 +160,197 @@ impl serde::de::Visitor<'_> for NumberVisitor {
     }
 }
 
-impl ResourceSpans<'_> {
-    /// The resource's `ml.rank`, if it names one.
-    pub(super) fn rank(&self) -> Option<String> {
-        let value = self
-            .resource
-            .as_ref()?
-            .attributes
-            .iter()
-            .find(|a| a.key == attribute::ML_RANK)?
-            .value
-            .as_ref()?;
-        match (&value.int, &value.string) {
-            (Some(Number(Some(v))), _) => Some(v.to_string()),
-            (_, Some(s)) => Some(s.to_string()),
+/// The value an attribute is read as: an integer that fits, else its string, else its
+/// float.
+enum Read<'v> {
+    Int(i64),
+    Text(&'v str),
+    Float(f64),
+}
+
+impl Value<'_> {
+    fn read(&self) -> Option<Read<'_>> {
+        match (&self.int, &self.string, self.double) {
+            (Some(Number(Some(v))), _, _) => i64::try_from(*v).ok().map(Read::Int),
+            (_, Some(s), _) => Some(Read::Text(s)),
+            (_, _, Some(Double(Some(v)))) => Some(Read::Float(v)),
             _ => None,
         }
     }
 }
 
-impl WireSpan<'_> {
-    /// The span as gpuspan reads one back.
-    pub(super) fn record(&self) -> SpanRecord {
-        let attributes = self
-            .attributes
-            .iter()
-            .filter(|a| {
-                a.key.starts_with("gpu.")
-                    || a.key.starts_with("ml.")
-                    || a.key == attribute::BATCH_SIZE
-            })
-            .filter_map(|a| {
-                let value = a.value.as_ref()?;
-                let value = match (&value.int, &value.string, value.double) {
-                    (Some(Number(Some(v))), _, _) => {
-                        any_value::Value::IntValue(i64::try_from(*v).ok()?)
-                    }
-                    (_, Some(s), _) => any_value::Value::StringValue(s.to_string()),
-                    (_, _, Some(Double(Some(v)))) => any_value::Value::DoubleValue(v),
-                    _ => return None,
-                };
-                Some(KeyValue {
-                    key: a.key.to_string(),
-                    value: Some(AnyValue { value: Some(value) }),
-                    ..KeyValue::default()
-                })
-            })
-            .collect();
-        let time = |n: Number| n.0.and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
-        let span = Span {
-            trace_id: hex(&self.trace_id),
-            span_id: hex(&self.span_id),
-            parent_span_id: hex(&self.parent_span_id),
-            name: self.name.to_string(),
-            start_time_unix_nano: time(self.start),
-            end_time_unix_nano: time(self.end),
-            attributes,
-            status: self.status.as_ref().map(|s| Status {
-                code: if s.code == StatusCode::Error as i32 {
-                    s.code
-                } else {
-                    0
-                },
-                message: s.message.to_string(),
-            }),
-            ..Span::default()
-        };
-        SpanRecord::from_otlp(&span)
+/// The resource's `ml.rank`, if it names one.
+fn rank_of<'de, D: Deserializer<'de>>(input: D) -> Result<Option<String>, D::Error> {
+    let Some(resource) = Option::<Resource<'de>>::deserialize(input)? else {
+        return Ok(None);
+    };
+    let rank = resource
+        .attributes
+        .iter()
+        .find(|a| a.key == attribute::ML_RANK)
+        .and_then(|a| a.value.as_ref());
+    Ok(rank.and_then(|value| match (&value.int, &value.string) {
+        (Some(Number(Some(v))), _) => Some(v.to_string()),
+        (_, Some(s)) => Some(s.to_string()),
+        _ => None,
+    }))
+}
+
+/// A scope's spans, each read into its record as it is decoded.
+fn spans<'de, D: Deserializer<'de>>(input: D) -> Result<Vec<SpanRecord>, D::Error> {
+    struct Spans;
+    impl<'de> Visitor<'de> for Spans {
+        type Value = Vec<SpanRecord>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a sequence of spans")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(WireSpan(record)) = seq.next_element()? {
+                out.push(record);
+            }
+            Ok(out)
+        }
+    }
+    input.deserialize_seq(Spans)
+}
+
+/// One span, read into its record.
+struct WireSpan(SpanRecord);
+
+/// The span fields a comparison reads; any other is skipped.
+#[derive(Deserialize)]
+#[serde(field_identifier)]
+enum Field {
+    #[serde(rename = "traceId")]
+    TraceId,
+    #[serde(rename = "spanId")]
+    SpanId,
+    #[serde(rename = "parentSpanId")]
+    ParentSpanId,
+    #[serde(rename = "name")]
+    Name,
+    #[serde(rename = "startTimeUnixNano")]
+    Start,
+    #[serde(rename = "endTimeUnixNano")]
+    End,
+    #[serde(rename = "attributes")]
+    Attributes,
+    #[serde(rename = "status")]
+    Status,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de> Deserialize<'de> for WireSpan {
+    fn deserialize<D: Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
+        input.deserialize_map(SpanVisitor)
     }
 }
 
-/// Hex text as bytes; text that is not hex reads as none (an id of the wrong length reads
-/// as zeros, as the run directory's reader has it).
-fn hex(text: &str) -> Vec<u8> {
+struct SpanVisitor;
+
+impl<'de> Visitor<'de> for SpanVisitor {
+    type Value = WireSpan;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a span")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WireSpan, A::Error> {
+        let mut reader = SpanReader::default();
+        let (mut trace_id, mut span_id, mut parent) =
+            (Text::default(), Text::default(), Text::default());
+        let mut name = Text::default();
+        let (mut start, mut end) = (Number::default(), Number::default());
+        let mut status: Option<WireStatus<'de>> = None;
+        while let Some(field) = map.next_key::<Field>()? {
+            match field {
+                Field::TraceId => trace_id = map.next_value()?,
+                Field::SpanId => span_id = map.next_value()?,
+                Field::ParentSpanId => parent = map.next_value()?,
+                Field::Name => name = map.next_value()?,
+                Field::Start => start = map.next_value()?,
+                Field::End => end = map.next_value()?,
+                Field::Attributes => map.next_value_seed(Attributes(&mut reader))?,
+                Field::Status => status = map.next_value()?,
+                Field::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let time = |n: Number| n.0.and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
+        let error = status
+            .filter(|s| s.code == StatusCode::Error as i32)
+            .map(|s| s.message.into_owned());
+        Ok(WireSpan(reader.finish(
+            name.0.into_owned(),
+            (
+                id(&trace_id.0).unwrap_or_default(),
+                id(&span_id.0).unwrap_or_default(),
+                id(&parent.0),
+            ),
+            (time(start), time(end)),
+            error,
+        )))
+    }
+}
+
+/// A span's attributes, each handed to the reader as it is decoded: only the `gpu.`, `ml.`
+/// and `batch_size` ones, as integers that fit or as strings.
+struct Attributes<'r>(&'r mut SpanReader);
+
+impl<'de> DeserializeSeed<'de> for Attributes<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, input: D) -> Result<(), D::Error> {
+        input.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Attributes<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(attribute) = seq.next_element::<Attribute<'de>>()? {
+            let key = &*attribute.key;
+            if !(key.starts_with("gpu.") || key.starts_with("ml.") || key == attribute::BATCH_SIZE)
+            {
+                continue;
+            }
+            match attribute.value.as_ref().and_then(Value::read) {
+                Some(Read::Int(v)) => self.0.int(key, v),
+                Some(Read::Text(s)) => self.0.text(key, s),
+                Some(Read::Float(v)) => self.0.float(key, v),
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An id's hex text as its bytes: `None` unless it is `N` bytes of hex (an id of the wrong
+/// length reads as zeros, and a parent as none, as the run directory's reader has it).
+fn id<const N: usize>(text: &str) -> Option<[u8; N]> {
     let digit = |c: u8| match c {
         b'0'..=b'9' => Some(c - b'0'),
         b'a'..=b'f' => Some(c - b'a' + 10),
         b'A'..=b'F' => Some(c - b'A' + 10),
         _ => None,
     };
-    text.as_bytes()
-        .chunks(2)
-        .map(|pair| match pair {
-            [high, low] => Some(digit(*high)? << 4 | digit(*low)?),
-            _ => None,
-        })
-        .collect::<Option<Vec<u8>>>()
-        .unwrap_or_default()
+    let text = text.as_bytes();
+    if text.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0; N];
+    for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
+        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(out)
 }

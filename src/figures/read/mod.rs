@@ -356,6 +356,60 @@ impl SpanRecord {
     }
 }
 
+/// A span read one attribute at a time, as a streaming decoder of another format meets them,
+/// through the same rules as [`SpanRecord::from_otlp`] without building the OTLP span first:
+/// `gpuspan diff` reads a long run's file this way.
+///
+/// Give the attributes in the order the span holds them (the first of a repeated key counts,
+/// as in [`SpanRecord::from_otlp`]), then the span's name, ids, times and error to
+/// [`finish`](Self::finish).
+#[derive(Debug)]
+pub struct SpanReader(RecordBuilder);
+
+impl Default for SpanReader {
+    fn default() -> Self {
+        Self(RecordBuilder::new(
+            "",
+            ([0; 16], [0; 8], None),
+            (0, 0),
+            None,
+        ))
+    }
+}
+
+impl SpanReader {
+    /// An integer attribute (`intValue`).
+    pub fn int(&mut self, key: &str, value: i64) {
+        self.0.read(key, Attr::Int(value));
+    }
+
+    /// A floating-point attribute (`doubleValue`: energy, power).
+    pub fn float(&mut self, key: &str, value: f64) {
+        self.0.read(key, Attr::Float(value));
+    }
+
+    /// A string attribute (`stringValue`).
+    pub fn text(&mut self, key: &str, value: &str) {
+        self.0.read(key, Attr::Str(value));
+    }
+
+    /// The record: the span named `name`, with its trace, span and parent ids, its start and
+    /// end in UNIX nanoseconds and the message of its error status, if it failed.
+    pub fn finish(
+        mut self,
+        name: String,
+        ids: ([u8; 16], [u8; 8], Option<[u8; 8]>),
+        times: (u64, u64),
+        error: Option<String>,
+    ) -> SpanRecord {
+        self.0.name = name;
+        self.0.ids = ids;
+        self.0.times = times;
+        self.0.error = error;
+        self.0.finish()
+    }
+}
+
 /// `gpu.<id>.memory.<figure>` split into its device and figure.
 fn device_key(key: &str) -> Option<(GpuId, DeviceFigure)> {
     let rest = key.strip_prefix(attr::GPU_DEVICE_PREFIX)?;

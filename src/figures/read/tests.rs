@@ -119,3 +119,64 @@ fn energy_and_throttling_read_alike_from_the_exporter_and_the_run_directory() {
         EnergyFigures::default()
     );
 }
+
+/// A span read one attribute at a time (`SpanReader`, as `gpuspan diff` decodes a traces
+/// file) is the record `SpanRecord::from_otlp` makes of the same span: the first of a
+/// repeated key counts, per-device figures and energy land, other keys are passed over.
+#[test]
+fn a_span_read_attribute_by_attribute_is_the_record_from_otlp_makes() {
+    let int = |key: &str, v: i64| (key.to_owned(), any_value::Value::IntValue(v));
+    let text = |key: &str, v: &str| (key.to_owned(), any_value::Value::StringValue(v.into()));
+    let float = |key: &str, v: f64| (key.to_owned(), any_value::Value::DoubleValue(v));
+    let attributes = vec![
+        int(attr::ML_STEP, 7),
+        int(attr::GPU_MEMORY_START, 10),
+        int(attr::GPU_MEMORY_PEAK, 30),
+        int(attr::GPU_MEMORY_PEAK, 99),
+        int(attr::GPU_MEMORY_END, 20),
+        int("gpu.1.memory.peak", 12),
+        text(attr::GPU_MEMORY_SOURCE, "nvml"),
+        text(attr::BATCH_SIZE, "64"),
+        float(attr::GPU_ENERGY, 56.5),
+        text("code.function.name", "train"),
+    ];
+    let span = opentelemetry_proto::tonic::trace::v1::Span {
+        trace_id: vec![0xab; 16],
+        span_id: vec![2; 8],
+        parent_span_id: vec![1; 8],
+        name: "step".to_owned(),
+        start_time_unix_nano: 1_000,
+        end_time_unix_nano: 2_000,
+        attributes: attributes
+            .iter()
+            .map(|(key, value)| ProtoKeyValue {
+                key: key.clone(),
+                value: Some(AnyValue {
+                    value: Some(value.clone()),
+                }),
+                ..ProtoKeyValue::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let mut reader = super::SpanReader::default();
+    for (key, value) in &attributes {
+        match value {
+            any_value::Value::IntValue(v) => reader.int(key, *v),
+            any_value::Value::StringValue(s) => reader.text(key, s),
+            any_value::Value::DoubleValue(v) => reader.float(key, *v),
+            _ => unreachable!(),
+        }
+    }
+    let read = reader.finish(
+        "step".to_owned(),
+        ([0xab; 16], [2; 8], Some([1; 8])),
+        (1_000, 2_000),
+        None,
+    );
+    let expected = SpanRecord::from_otlp(&span);
+    assert_eq!(format!("{read:?}"), format!("{expected:?}"));
+    assert_eq!(read.gpu.map(|m| m.peak), Some(30));
+    assert_eq!(read.batch_size, Some(64));
+    assert_eq!(read.devices[0].id, GpuId::gpu(1));
+}
