@@ -16,7 +16,10 @@ use std::time::Duration;
 use cudarc::driver::{result, sys, DriverError};
 
 use crate::util;
-use gpuspan::runlog::{GpuId, Memory, SpanRecord};
+use gpuspan::runlog::{GpuId, SpanRecord};
+use table::mib;
+
+mod table;
 
 /// The driver rounds allocations up to this (2 MiB pages): a rise this much short of the
 /// allocation still counts.
@@ -226,7 +229,7 @@ pub(crate) fn run(options: Options, scratch: &Path) -> Result<Outcome, SelftestE
     held.sort_by_key(|r| r.start_unix_nanos);
     spikes.sort_by_key(|r| r.start_unix_nanos);
     let spans = Spans { held, spikes };
-    let mut outcome = report(&tested, &spans, devices.len(), stats.as_ref(), options);
+    let mut outcome = table::report(&tested, &spans, devices.len(), stats.as_ref(), options);
     if let Some(note) = note {
         outcome.table.push_str(&note);
         outcome.table.push('\n');
@@ -315,163 +318,4 @@ fn uuid_string(uuid: &sys::CUuuid) -> String {
         hex[8..10].concat(),
         hex[10..16].concat()
     )
-}
-
-/// The device's start, peak and end on `span`: its own figures with several devices in
-/// scope, the sum with one.
-fn device_memory(span: &SpanRecord, id: GpuId, in_scope: usize) -> Option<Memory> {
-    if in_scope == 1 {
-        return span.gpu;
-    }
-    let device = span.devices.iter().find(|d| d.id == id)?;
-    Some(Memory {
-        start: device.start?,
-        peak: device.peak?,
-        end: device.end?,
-    })
-}
-
-fn mib(value: u64) -> String {
-    util::mib(value as f64, 0)
-}
-
-/// One device's cells (context, allocated, held rise, spike rise, process rise) and what
-/// failed.
-struct Row {
-    cells: [String; 5],
-    failures: Vec<String>,
-}
-
-/// Checks one device's spans: the held allocation in the span's peak and in this process's
-/// figures, the two-interval spike in its span's peak.
-fn check(
-    test: &Tested,
-    held: Option<&SpanRecord>,
-    spike: Option<&SpanRecord>,
-    in_scope: usize,
-) -> Row {
-    let mut failures = Vec::new();
-    let mut rise =
-        |what: &str, span: Option<&SpanRecord>, allocation: &Result<u64, String>, process: bool| {
-            let size = match allocation {
-                Ok(size) => *size,
-                Err(why) => {
-                    failures.push(why.clone());
-                    return "-".to_owned();
-                }
-            };
-            let Some(span) = span else {
-                failures.push(format!("the {what} span was not exported"));
-                return "-".to_owned();
-            };
-            let memory = if process {
-                span.process_gpu
-            } else {
-                device_memory(span, test.id, in_scope)
-            };
-            match saw(memory, size) {
-                Some((rise, true)) => mib(rise),
-                Some((rise, false)) => {
-                    failures.push(format!("the {what} peak missed the allocation"));
-                    mib(rise)
-                }
-                // A driver that lists no processes leaves the process figures out.
-                None if process => "not listed".to_owned(),
-                None => {
-                    failures.push(format!("the {what} span has no device memory"));
-                    "-".to_owned()
-                }
-            }
-        };
-    let held_rise = rise("held", held, &test.allocated, false);
-    let spike_rise = rise("spike", spike, &test.spike, false);
-    let process_rise = rise("process", held, &test.allocated, true);
-    failures.dedup();
-    Row {
-        cells: [
-            test.context.map_or("-".into(), mib),
-            test.allocated.as_ref().map_or("-".into(), |&b| mib(b)),
-            held_rise,
-            spike_rise,
-            process_rise,
-        ],
-        failures,
-    }
-}
-
-/// Whether a rise from start to peak saw `allocated` bytes, to within the granularity.
-fn saw(memory: Option<Memory>, allocated: u64) -> Option<(u64, bool)> {
-    let memory = memory?;
-    let rise = u64::try_from(memory.peak.saturating_sub(memory.start)).unwrap_or(0);
-    Some((rise, rise + GRANULARITY >= allocated))
-}
-
-fn report(
-    tested: &[Tested],
-    spans: &Spans,
-    in_scope: usize,
-    stats: Option<&gpuspan::stats::SamplerStats>,
-    options: Options,
-) -> Outcome {
-    let mut table = String::new();
-    let _ = writeln!(
-        table,
-        "gpuspan selftest: {} of {in_scope} device(s) reached through CUDA, {} allocated on \
-         each, sampling every {:?}",
-        tested.len(),
-        mib(options.bytes),
-        options.interval
-    );
-    let _ = writeln!(
-        table,
-        "{:>4}  {:<24} {:>9} {:>10} {:>10} {:>11} {:>13}  result",
-        "gpu", "name", "context", "allocated", "held rise", "spike rise", "process rise"
-    );
-    let mut passed = !tested.is_empty();
-    for (i, test) in tested.iter().enumerate() {
-        let row = check(test, spans.held.get(i), spans.spikes.get(i), in_scope);
-        let result = if row.failures.is_empty() {
-            "ok".to_owned()
-        } else {
-            format!("FAILED: {}", row.failures.join("; "))
-        };
-        passed &= row.failures.is_empty();
-        let [context, allocated, held, spike, process] = row.cells;
-        let _ = writeln!(
-            table,
-            "{:>4}  {:<24} {context:>9} {allocated:>10} {held:>10} {spike:>11} {process:>13}  \
-             {result}",
-            test.id.to_string(),
-            test.name
-        );
-    }
-    if tested.is_empty() {
-        let _ = writeln!(
-            table,
-            "FAILED: no device in gpuspan's scope is visible to CUDA (CUDA_VISIBLE_DEVICES)"
-        );
-    }
-    if let Some(stats) = stats {
-        let n = u32::try_from(in_scope.max(1)).unwrap_or(1);
-        let scheduled = (stats.samples + stats.missed_ticks).max(1);
-        let _ = write!(
-            table,
-            "NVML: a memory read takes {:.1?} a device",
-            stats.memory_read / n
-        );
-        if let (Some(read), Some(every)) = (stats.process_read, stats.process_interval) {
-            let _ = write!(
-                table,
-                ", a process list {:.1?} a device (lists every {every:.0?})",
-                read / n
-            );
-        }
-        let _ = writeln!(
-            table,
-            "; the sampler kept {:.1} % of its ticks, longest gap {:.1?}",
-            100.0 * stats.samples as f64 / scheduled as f64,
-            stats.max_gap
-        );
-    }
-    Outcome { table, passed }
 }

@@ -80,6 +80,26 @@ fn every_allocation_is_in_the_held_and_spike_peaks_and_this_process_figures() {
     }
     assert!(table.contains("NVML: a memory read takes "), "{table}");
     assert!(table.contains("the sampler kept "), "{table}");
+    // What was drawn while each allocation was held, from the fake's 300 W a GPU: the
+    // counters' figure, or with a span shorter than their period the power readings'.
+    for gpu in [0, 1] {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("energy: while gpu {gpu}'s allocation was held (")))
+            .unwrap_or_else(|| panic!("no energy line for gpu {gpu}: {table}"));
+        let watts: f64 = line
+            .split(" J, ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("no watts in {line}"));
+        assert!(watts > 0.0, "{line}");
+        assert!(
+            line.ends_with("(estimated from power readings)")
+                || line.ends_with("(the driver's energy counter)"),
+            "{line}"
+        );
+    }
 }
 
 /// CUDA's first UUID call answers an instance with its GPU's UUID, as the real driver's
