@@ -43,11 +43,16 @@ fn returns_from_main_during_the_flush(protocol: Protocol) {
 
     assert_eq!(killed_by(status), None, "{status:?}; stderr:\n{stderr}");
     assert_eq!(status.code(), Some(3), "stderr:\n{stderr}");
-    // Without NVML here, gpuspan warns once that spans carry host memory only; any other
-    // line is the shutdown reporting a timeout or a loss.
+    // Without NVML here, gpuspan warns once that spans carry host memory only, and on a
+    // busy machine it may say the sampler fell behind its cadence; any other line is the
+    // shutdown reporting a timeout or a loss.
     let problems: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.starts_with("gpuspan:") && !l.contains("no GPU memory source"))
+        .filter(|l| {
+            l.starts_with("gpuspan:")
+                && !l.contains("no GPU memory source")
+                && !l.contains("the sampler read device memory every")
+        })
         .collect();
     assert!(
         problems.is_empty(),

@@ -67,7 +67,7 @@ fn a_second_sigterm_during_the_flush_leaves_it_its_bound() {
     let collector = SilentCollector::start();
     let mut program = start("none", &collector, TIMEOUT);
     let signalled = Instant::now();
-    program.signal(libc::SIGTERM);
+    program.signal_delivered(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(300));
     program.signal(libc::SIGTERM);
     let status = program.wait(Duration::from_secs(60));
@@ -83,7 +83,7 @@ fn a_second_sigterm_during_the_flush_leaves_it_its_bound() {
 fn a_second_sigint_during_the_flush_ends_the_process_at_once() {
     let collector = SilentCollector::start();
     let mut program = start("none", &collector, Duration::from_secs(60));
-    program.signal(libc::SIGINT);
+    program.signal_delivered(libc::SIGINT);
     std::thread::sleep(Duration::from_millis(300));
     let again = Instant::now();
     program.signal(libc::SIGINT);

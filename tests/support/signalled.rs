@@ -110,6 +110,41 @@ impl Program {
         send(self.pid(), signal);
     }
 
+    /// Sends `signal` and waits until the kernel has delivered it (it is no longer pending
+    /// for the process or any of its threads): a second one sent after this is a second
+    /// signal, not one the kernel merges with the first while the process is slow to run.
+    pub fn signal_delivered(&self, signal: i32) {
+        self.signal(signal);
+        let bit = 1u64 << (signal - 1);
+        let pending = |status: &str| {
+            status
+                .lines()
+                .filter(|l| l.starts_with("ShdPnd:") || l.starts_with("SigPnd:"))
+                .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+                .any(|mask| mask & bit != 0)
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let tasks = format!("/proc/{}/task", self.pid());
+        loop {
+            let still = std::fs::read_dir(&tasks)
+                .map(|dir| {
+                    dir.flatten().any(|task| {
+                        std::fs::read_to_string(task.path().join("status"))
+                            .is_ok_and(|status| pending(&status))
+                    })
+                })
+                .unwrap_or(false);
+            if !still {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "signal {signal} still pending after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Waits for the example to end; fails after `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
