@@ -179,7 +179,13 @@ extern "C" fn handler(signal: c_int, info: *mut siginfo_t, context: *mut c_void)
     if let Some(previous) = slot(signal).and_then(OnceLock::get) {
         // SAFETY: getpid is async-signal-safe.
         let forked = unsafe { libc::getpid() } != OWNER.load(Ordering::SeqCst);
-        let flushing = FLUSHING.load(Ordering::SeqCst);
+        // Marked here, not when the flusher thread gets to run: a second Ctrl-C that comes
+        // before a busy machine schedules that thread is still a second one.
+        let flushing = if forked {
+            FLUSHING.load(Ordering::SeqCst)
+        } else {
+            FLUSHING.swap(true, Ordering::SeqCst)
+        };
         if !forked && !flushing {
             wake(signal);
         }
