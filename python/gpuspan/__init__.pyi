@@ -150,7 +150,7 @@ def init(
       service.name of OTEL_RESOURCE_ATTRIBUTES, else unknown_service:<executable>.
     - resource_attributes (OTEL_RESOURCE_ATTRIBUTES): Attributes added to the resource. Default: none.
     - sample_interval (GPUSPAN_SAMPLE_INTERVAL): Time between two readings of every device. Default: 5ms.
-    - power_interval (GPUSPAN_POWER_INTERVAL): Time between two readings of energy, power and clock event reasons. Default: 20ms.
+    - power_interval (GPUSPAN_POWER_INTERVAL): Time between two readings of energy and power. Default: 20ms.
     - nvml_lib (GPUSPAN_NVML_LIB): Where NVML is loaded from. Default: the system's.
     - devices (GPUSPAN_DEVICES): The NVIDIA devices in scope. Default: CUDA_VISIBLE_DEVICES, else all.
     - sysfs_root (GPUSPAN_SYSFS_ROOT): Where sysfs is, for AMD and Intel GPUs' files. Default: /sys.

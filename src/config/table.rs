@@ -111,7 +111,7 @@ pub(crate) const POWER_INTERVAL: Defaulted<Duration> = Row::new(
     "20ms",
     duration,
 )
-.doc("Time between two readings of energy, power and clock event reasons.")
+.doc("Time between two readings of energy and power.")
 .checked(check_power_interval)
 .defaults_to(|| super::DEFAULT_POWER_INTERVAL);
 
