@@ -39,6 +39,7 @@ impl Program {
         let dir = tempfile::tempdir().unwrap();
         let checkpoint = dir.path().join("checkpoint.txt");
         let mut command = Command::new(binary());
+        crate::terminal::with_default_signals(&mut command);
         command
             .args(["--handler", handler, "--checkpoint"])
             .arg(&checkpoint)

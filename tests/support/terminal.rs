@@ -117,6 +117,7 @@ impl Pty {
 /// Makes `command` the leader of a new session with no controlling terminal, as a job
 /// runner or a supervisor starts a program.
 pub fn without_a_terminal(command: &mut Command) {
+    with_default_signals(command);
     // SAFETY: setsid is async-signal-safe.
     unsafe {
         command.pre_exec(|| {
@@ -185,3 +186,20 @@ while True:
     event("foreground " + ("job" if fg == pid else "shell" if fg == os.getpgrp() else "other"))
     break
 "#;
+
+/// Starts `command` with SIGHUP, SIGINT, SIGQUIT and SIGTERM at their default action, as
+/// from a terminal. A test run started in the background of a non-interactive shell has
+/// SIGINT and SIGQUIT ignored (and under `nohup`, SIGHUP): a program keeps an ignored signal
+/// ignored and hands that on to what it starts, where a shell's `trap` cannot undo it, so a
+/// test of what a signal does would wait for ever.
+pub fn with_default_signals(command: &mut Command) {
+    // SAFETY: only `signal`, async-signal-safe, runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+}

@@ -4,7 +4,6 @@
 use gpuspan_test_support as support;
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -77,16 +76,8 @@ fn passes_on(signal: libc::c_int, name: &str, code: i32) {
     let dir = tempfile::tempdir().unwrap();
     let script = format!("trap 'exit {code}' {name}; echo ready; while true; do sleep 0.02; done");
     let mut command = gpuspan_run(dir.path(), &fake, &script);
-    // gpuspan run starts with the signal's default action, as from a terminal: a test run
-    // started in the background of a non-interactive shell has SIGINT and SIGQUIT ignored,
-    // which gpuspan run keeps and its command inherits, and `trap` cannot undo that.
-    // SAFETY: only `signal`, async-signal-safe, runs between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            libc::signal(signal, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    // As from a terminal: a signal ignored where the test runs could not be trapped.
+    support::terminal::with_default_signals(&mut command);
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
