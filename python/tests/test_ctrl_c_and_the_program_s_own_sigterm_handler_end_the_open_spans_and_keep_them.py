@@ -35,6 +35,11 @@ except KeyboardInterrupt:
 """
 
 
+def _default_signals():
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     "signum, handler, returncode, said, status",
     [
@@ -52,6 +57,9 @@ def test_a_signal_ends_the_spans_and_keeps_them(
         env=clean_env(GPUSPAN_NVML_LIB=fake_nvml),
         stdout=subprocess.PIPE,
         text=True,
+        # As from a terminal: run in the background of a non-interactive shell, the tests
+        # have SIGINT ignored, and Python keeps an ignored SIGINT ignored.
+        preexec_fn=_default_signals,
     )
     assert proc.stdout.readline() == "training\n"
     proc.send_signal(signum)
