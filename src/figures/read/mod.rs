@@ -117,6 +117,13 @@ impl RecordBuilder {
         self.energy.throttled = true;
     }
 
+    /// Reads the names of the span's events: a `gpu.throttled` among them marks it.
+    fn events<'a>(&mut self, mut names: impl Iterator<Item = &'a str>) {
+        if names.any(|name| name == crate::names::clock_event::THROTTLED) {
+            self.mark_throttled();
+        }
+    }
+
     /// Sets a slot unless an earlier attribute already did.
     pub(crate) fn offer(&mut self, slot: Slot, value: i64) {
         self.slots[slot as usize].get_or_insert(value);
@@ -301,13 +308,7 @@ impl RecordBuilder {
         for kv in &span.attributes {
             record.read(kv.key.as_str(), Attr::of_value(&kv.value));
         }
-        if span
-            .events
-            .iter()
-            .any(|e| e.name == crate::names::clock_event::THROTTLED)
-        {
-            record.mark_throttled();
-        }
+        record.events(span.events.iter().map(|e| e.name.as_ref()));
         record
     }
 
@@ -332,13 +333,7 @@ impl RecordBuilder {
             let value = Attr::of_proto(kv.value.as_ref().and_then(|v| v.value.as_ref()));
             record.read(kv.key.as_str(), value);
         }
-        if span
-            .events
-            .iter()
-            .any(|e| e.name == crate::names::clock_event::THROTTLED)
-        {
-            record.mark_throttled();
-        }
+        record.events(span.events.iter().map(|e| e.name.as_str()));
         record
     }
 }
