@@ -6,8 +6,9 @@
 //! - This process's memory: its own `<procfs>/<pid>/fdinfo` (a few small reads, no driver
 //!   lock, so it keeps the memory cadence), or KFD's `vram_<gpu_id>` for a ROCm process.
 //! - Host memory behind a device (`gtt`, `system*`, `stolen*`) is never GPU memory.
-//! - Energy and power: the card's hwmon files (`hwmon`); Intel's clock throttle reasons
-//!   and graphics clock (`throttle`); at the sampler's power cadence.
+//! - Energy and power: the card's hwmon files (`hwmon`); the clock throttle reasons and
+//!   graphics clock (`throttle`: Intel's files, amdgpu's `gpu_metrics` table); at the
+//!   sampler's power cadence.
 //!
 //! Every path is under the sysfs and procfs roots given, so tests run on written trees.
 
@@ -19,6 +20,7 @@ pub(crate) mod cards;
 mod clients;
 mod fdinfo;
 mod files;
+mod gpu_metrics;
 mod hwmon;
 mod kfd;
 pub(crate) mod scope;
@@ -355,7 +357,7 @@ impl MemorySource for DrmSource {
 
     fn read_power(&mut self, out: &mut [PowerReading]) {
         let now = Instant::now();
-        let cards = self.hwmon.iter_mut().zip(&self.throttle);
+        let cards = self.hwmon.iter_mut().zip(&mut self.throttle);
         for (reading, (hwmon, throttle)) in out.iter_mut().zip(cards) {
             if let Some(hwmon) = hwmon {
                 hwmon.read(now, &mut self.buf, reading);

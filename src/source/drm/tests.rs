@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 
 mod denied;
+mod gpu_metrics;
 mod hostile;
 mod hwmon;
 mod throttle;

@@ -1,26 +1,24 @@
-//! Why an Intel GPU's clocks are held down, and its graphics clock, from the files its
-//! driver has for them, in the vocabulary NVML's clock event reasons give NVIDIA's spans.
+//! Why an AMD or Intel GPU's clocks are held down, and its graphics clock, from the files
+//! its driver has for them, in the vocabulary NVML's clock event reasons give NVIDIA's
+//! spans.
 //!
 //! - xe: `device/tile<N>/gt<M>/freq0/throttle/status` and its `reason_*` files (`1` when
 //!   that reason holds the clock down), and `freq0/act_freq` (MHz).
 //! - i915: `cardN/gt/gt<M>/throttle_reason_status` and `throttle_reason_*`, and
 //!   `rps_act_freq_mhz`.
+//! - amdgpu: the binary `device/gpu_metrics` table (read as [`gpu_metrics`] says): its
+//!   ASIC-independent throttler bits and its graphics clock.
 //!
-//! The reasons are read only while `status` says the clock is held down. amdgpu keeps its
-//! reasons in the binary `gpu_metrics` table only: not read.
+//! Intel's reasons are read only while `status` says the clock is held down.
 
 use std::path::{Path, PathBuf};
 
 use super::cards::{Card, Driver};
 use super::files;
+use super::gpu_metrics::{
+    self, HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, SW_POWER_CAP, SW_THERMAL_SLOWDOWN,
+};
 use crate::source::PowerReading;
-
-/// NVML's clock event reason bits (`nvmlClocksEventReason*`), as
-/// [`PowerReading::clock_reasons`] holds them.
-const SW_POWER_CAP: u64 = 0x4;
-const HW_SLOWDOWN: u64 = 0x8;
-const SW_THERMAL_SLOWDOWN: u64 = 0x20;
-const HW_THERMAL_SLOWDOWN: u64 = 0x40;
 
 /// Each of the drivers' reasons (the file name after `reason_`), and the NVML reason it
 /// stands for: a power limit the firmware keeps (PL1, PL2) is a power cap; a temperature
@@ -44,7 +42,7 @@ const REASONS: [(&str, u64); 12] = [
 
 /// One GT's throttle files.
 #[derive(Debug)]
-struct Gt {
+pub(crate) struct Gt {
     status: PathBuf,
     /// Each reason file there is, with its NVML bit.
     reasons: Vec<(PathBuf, u64)>,
@@ -52,15 +50,22 @@ struct Gt {
     clock: Option<PathBuf>,
 }
 
-/// The throttle files of one Intel GPU's GTs.
+/// One card's throttle files.
 #[derive(Debug)]
-pub(crate) struct Throttle {
-    gts: Vec<Gt>,
+pub(crate) enum Throttle {
+    /// An Intel GPU's GTs.
+    Intel { gts: Vec<Gt> },
+    /// An AMD GPU's `gpu_metrics` table.
+    Amd {
+        path: PathBuf,
+        /// Whether the table's one warning was said.
+        told: bool,
+    },
 }
 
 impl Throttle {
     /// The card's throttle files, found once as the source opens; `None` when its driver
-    /// has none (amdgpu, or a kernel without them).
+    /// has none (a kernel without them).
     pub(crate) fn open(card: &Card) -> Option<Self> {
         let gts: Vec<Gt> = match card.driver {
             Driver::Xe => subdirs(&card.dir, "tile")
@@ -72,35 +77,71 @@ impl Throttle {
                 .iter()
                 .filter_map(|gt| i915_gt(gt))
                 .collect(),
-            Driver::Amdgpu => Vec::new(),
+            Driver::Amdgpu => {
+                let path = card.dir.join("gpu_metrics");
+                return path.is_file().then_some(Self::Amd { path, told: false });
+            }
         };
-        (!gts.is_empty()).then_some(Self { gts })
+        (!gts.is_empty()).then_some(Self::Intel { gts })
     }
 
-    /// Reads the reasons and the lowest GT clock into `out`; a file that cannot be read
+    /// Reads the reasons and the lowest clock into `out`; a file that cannot be read
     /// leaves its figure out.
-    pub(crate) fn read(&self, buf: &mut Vec<u8>, out: &mut PowerReading) {
-        let mut reasons: Option<u64> = None;
-        let mut clock: Option<u64> = None;
-        for gt in &self.gts {
-            if let Ok(status) = files::number(&gt.status, buf) {
-                let mut bits = 0;
-                if status != 0 {
-                    for (path, bit) in &gt.reasons {
-                        if files::number(path, buf).is_ok_and(|held| held != 0) {
-                            bits |= bit;
-                        }
-                    }
-                }
-                reasons = Some(reasons.unwrap_or(0) | bits);
-            }
-            if let Some(mhz) = gt.clock.as_ref().and_then(|p| files::number(p, buf).ok()) {
-                clock = Some(clock.map_or(mhz, |low| low.min(mhz)));
+    pub(crate) fn read(&mut self, buf: &mut Vec<u8>, out: &mut PowerReading) {
+        match self {
+            Self::Intel { gts } => read_gts(gts, buf, out),
+            Self::Amd { path, told } => read_metrics(path, told, buf, out),
+        }
+    }
+}
+
+/// Reads an AMD GPU's table into `out`. A table that is not one the layouts know, or is
+/// cut short, gives nothing, and says so once (a file that cannot be read at all, as a
+/// device that went away, says nothing: the memory read tells of that).
+fn read_metrics(path: &Path, told: &mut bool, buf: &mut Vec<u8>, out: &mut PowerReading) {
+    if files::read_into(path, buf).is_err() {
+        return;
+    }
+    match gpu_metrics::parse(buf) {
+        Ok(metrics) => {
+            out.clock_reasons = metrics.reasons;
+            out.sm_clock_mhz = metrics.clock_mhz;
+        }
+        Err(unread) => {
+            if !std::mem::replace(told, true) {
+                eprintln!(
+                    "gpuspan: warning: {} {}: this GPU's spans carry no throttle reasons \
+                     and no graphics clock from it rather than a guess",
+                    path.display(),
+                    unread.describe()
+                );
             }
         }
-        out.clock_reasons = reasons;
-        out.sm_clock_mhz = clock;
     }
+}
+
+/// Reads the GTs' reasons and the lowest GT clock into `out`.
+fn read_gts(gts: &[Gt], buf: &mut Vec<u8>, out: &mut PowerReading) {
+    let mut reasons: Option<u64> = None;
+    let mut clock: Option<u64> = None;
+    for gt in gts {
+        if let Ok(status) = files::number(&gt.status, buf) {
+            let mut bits = 0;
+            if status != 0 {
+                for (path, bit) in &gt.reasons {
+                    if files::number(path, buf).is_ok_and(|held| held != 0) {
+                        bits |= bit;
+                    }
+                }
+            }
+            reasons = Some(reasons.unwrap_or(0) | bits);
+        }
+        if let Some(mhz) = gt.clock.as_ref().and_then(|p| files::number(p, buf).ok()) {
+            clock = Some(clock.map_or(mhz, |low| low.min(mhz)));
+        }
+    }
+    out.clock_reasons = reasons;
+    out.sm_clock_mhz = clock;
 }
 
 /// xe's GT: `freq0/throttle/{status,reason_*}` and `freq0/act_freq`.
