@@ -10,15 +10,25 @@
 //!   (`in1_label` `vddnb`) on APUs only, which is how one is told apart.
 //!
 //! Read on the sampler thread at the power cadence, never when the source opens a span. A
-//! file that cannot be read, or a counter that goes back, gives no figure (never zero) and
-//! one warning line naming the file.
+//! file that cannot be read, a counter that goes back, or a figure past [`MOST_POWER_UW`]
+//! gives no figure (never zero) and one warning line naming the file.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::cards::Driver;
 use super::files;
 use crate::source::PowerReading;
+
+/// The most power a reading can be, in µW: no GPU, nor the socket an APU's figure
+/// includes, draws near 100 kW, so a larger figure (a power file's, or a counter's rise
+/// over the time between two reads) is not a measurement, and is refused rather than shown
+/// (summed over a run, it would also pass what the sampler's totals hold).
+pub(crate) const MOST_POWER_UW: u64 = 100_000_000_000;
+
+/// The shortest time between two reads of a counter the power is taken over: a rise over
+/// less says more about when the counter last updated than about the power.
+const MIN_WINDOW: Duration = Duration::from_millis(10);
 
 /// The energy and power files of one card.
 #[derive(Debug)]
@@ -39,6 +49,7 @@ pub(crate) struct Hwmon {
 struct Told {
     unreadable: bool,
     back: bool,
+    implausible: bool,
 }
 
 impl Hwmon {
@@ -87,10 +98,9 @@ impl Hwmon {
         if let Some(path) = &self.energy {
             match files::number(path, buf) {
                 Ok(uj) => {
-                    out.energy_uj = Some(uj);
-                    let last = self.last.replace((uj, now));
-                    out.power_mw =
-                        last.and_then(|last| from_counter(last, (uj, now), path, &mut self.told));
+                    let (energy, power) = counter(&mut self.last, &mut self.told, (uj, now), path);
+                    out.energy_uj = energy;
+                    out.power_mw = power;
                 }
                 Err(why) => {
                     self.last = None;
@@ -100,11 +110,52 @@ impl Hwmon {
         }
         if let Some(path) = &self.power {
             match files::number(path, buf) {
-                Ok(uw) => out.power_mw = Some(uw.saturating_add(500) / 1000),
+                Ok(uw) if uw > MOST_POWER_UW => {
+                    implausible(path, &format!("says {uw} µW"), &mut self.told);
+                }
+                Ok(uw) => out.power_mw = Some((uw + 500) / 1000),
                 Err(why) => unreadable(&why, path, &mut self.told),
             }
         }
     }
+}
+
+/// The counter's reading `uj` at `now`, and the power since the read before: no
+/// reading where it rose past what any GPU draws (the spans open across the jump have
+/// no energy, and the next read counts from the new value), and no power yet where the
+/// read before is less than [`MIN_WINDOW`] old (the power waits for a longer window
+/// from that same read).
+fn counter(
+    previous: &mut Option<(u64, Instant)>,
+    told: &mut Told,
+    (uj, now): (u64, Instant),
+    path: &Path,
+) -> (Option<u64>, Option<u64>) {
+    let early = previous.filter(|&(last, at)| uj >= last && now.duration_since(at) < MIN_WINDOW);
+    let (power, last) = match early {
+        Some((last, _)) => (None, Some(last)),
+        None => {
+            let last = previous.replace((uj, now));
+            let power = last.and_then(|last| from_counter(last, (uj, now), path, told));
+            (power, last.map(|(last, _)| last))
+        }
+    };
+    let leap = match (early, power) {
+        (Some((last, _)), _) => uj - last > MOST_POWER_UW / 100,
+        (None, Some(mw)) => mw > MOST_POWER_UW / 1000,
+        (None, None) => false,
+    };
+    if leap {
+        let rise = uj - last.unwrap_or(0);
+        *previous = Some((uj, now));
+        implausible(
+            path,
+            &format!("rose by {rise} µJ since its last read"),
+            told,
+        );
+        return (None, None);
+    }
+    (Some(uj), power)
 }
 
 /// The power between two reads of the counter at `path`, in mW: its increase over the time
@@ -128,6 +179,18 @@ fn from_counter(
     }
     let seconds = now.duration_since(at).as_secs_f64();
     (seconds > 0.0).then(|| ((uj - last) as f64 / seconds / 1000.0).round() as u64)
+}
+
+/// Says once that a file of the card's gave a figure no GPU draws.
+fn implausible(path: &Path, what: &str, told: &mut Told) {
+    if !told.implausible {
+        told.implausible = true;
+        eprintln!(
+            "gpuspan: warning: {} {what}, more than any GPU draws (over 100 kW): not a \
+             measurement; the spans have no energy or power from it while it says so",
+            path.display()
+        );
+    }
 }
 
 /// Says once that a file of the card's cannot be read.

@@ -131,3 +131,70 @@ fn a_card_without_hwmon_files_reads_no_energy_and_no_power() {
     assert_eq!(read_power(&mut source)[0], PowerReading::default());
     assert_eq!(source.energy_scope(), None);
 }
+
+#[test]
+fn a_counter_that_leaps_past_what_any_gpu_draws_gives_no_figure_and_then_counts_on() {
+    let tree = Tree::of("xe-vram0-gtt");
+    hwmon(&tree, "card1", "hwmon4", &[("energy1_input", "1000000\n")]);
+    let mut source = tree.open();
+    read_power(&mut source);
+    // 10^15 µJ more within 50 ms: 20 GW.
+    hwmon(
+        &tree,
+        "card1",
+        "hwmon4",
+        &[("energy1_input", "1000000001000000\n")],
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    let leap = &read_power(&mut source)[0];
+    assert_eq!((leap.energy_uj, leap.power_mw), (None, None));
+    // The next read counts from the new value.
+    hwmon(
+        &tree,
+        "card1",
+        "hwmon4",
+        &[("energy1_input", "1000000001500000\n")],
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    let next = &read_power(&mut source)[0];
+    assert_eq!(next.energy_uj, Some(1_000_000_001_500_000));
+    let mw = next.power_mw.expect("the power from the increase");
+    assert!((2_000..=10_000).contains(&mw), "{mw} mW");
+}
+
+#[test]
+fn a_power_file_past_what_any_gpu_draws_gives_no_figure() {
+    let tree = Tree::of("amdgpu-old-keys");
+    hwmon(
+        &tree,
+        "card0",
+        "hwmon1",
+        &[("power1_average", "100000000001\n")],
+    );
+    let mut source = tree.open();
+    assert_eq!(read_power(&mut source)[0].power_mw, None);
+    // 100 kW is still read.
+    hwmon(
+        &tree,
+        "card0",
+        "hwmon1",
+        &[("power1_average", "100000000000\n")],
+    );
+    assert_eq!(read_power(&mut source)[0].power_mw, Some(100_000_000));
+}
+
+#[test]
+fn a_hwmon_directory_that_goes_away_gives_no_figure_until_it_is_back() {
+    let tree = Tree::of("xe-vram0-gtt");
+    hwmon(&tree, "card1", "hwmon4", &[("energy1_input", "1000000\n")]);
+    let mut source = tree.open();
+    read_power(&mut source);
+    let dir = tree.path("sys/class/drm/card1/device/hwmon/hwmon4");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let gone = &read_power(&mut source)[0];
+    assert_eq!((gone.energy_uj, gone.power_mw), (None, None));
+    hwmon(&tree, "card1", "hwmon4", &[("energy1_input", "3000000\n")]);
+    let back = &read_power(&mut source)[0];
+    assert_eq!(back.energy_uj, Some(3_000_000));
+    assert_eq!(back.power_mw, None, "no increase across the gap");
+}
