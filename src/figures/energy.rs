@@ -69,8 +69,9 @@ pub(crate) struct EnergyContext<'a> {
 pub(crate) const DEFAULT_THROTTLE_THRESHOLD: f64 = 0.5;
 
 /// How long a counter is taken to need between two moves before it has been seen moving
-/// twice: NVML's updates come every 20 to 100 ms.
-const ASSUMED_PERIOD: Duration = Duration::from_millis(100);
+/// twice: NVML's updates come every 20 to 100 ms. The sampler raises it to its own power
+/// interval where that is longer, as a counter is never seen moving more often than read.
+pub(crate) const ASSUMED_PERIOD: Duration = Duration::from_millis(100);
 
 impl SpanEnergy {
     /// The span's energy in joules, and whether it was estimated from power readings.

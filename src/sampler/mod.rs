@@ -140,6 +140,14 @@ impl Sampler {
         if power.is_some() {
             let scope = source.as_deref().and_then(|s| s.energy_scope());
             shared.read_power(power::Power::slots(shared.devices.len()), scope);
+            // A counter is read at most every power interval: until it is seen moving
+            // twice, a shorter span takes the power readings, never a zero count.
+            let read_every = power_interval.max(interval);
+            if read_every > crate::figures::energy::ASSUMED_PERIOD {
+                shared
+                    .energy_period_ns
+                    .store(Reading::some(processes::nanos(read_every)));
+            }
         }
         let shared = Arc::new(shared);
         let mut ticker = Ticker::new(source, Arc::clone(&shared), observers, interval);

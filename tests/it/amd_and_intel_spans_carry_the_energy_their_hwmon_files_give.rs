@@ -286,3 +286,29 @@ fn an_apu_s_spans_say_their_energy_includes_the_cpu() {
         "{energy} J against the scripted {scripted} J"
     );
 }
+
+#[test]
+fn a_span_shorter_than_the_power_interval_gets_no_energy_rather_than_zero() {
+    let machine = Machine::xe(1_000_000);
+    let receiver = Receiver::start_grpc();
+    // Read at the start, then not again for a minute.
+    let builder = machine
+        .builder(&receiver)
+        .power_interval(Duration::from_secs(60));
+    let (telemetry, ()) = setup::run(builder, |telemetry| {
+        settle(telemetry, SETTLE);
+        let _step = gpuspan::step_span!(0);
+        machine.set("energy1_input", 5_000_000);
+        settle(telemetry, Duration::from_millis(300));
+    });
+    telemetry.shutdown().expect("clean shutdown");
+
+    let steps = receiver.spans_named("step");
+    let span = step(&steps, 0);
+    assert_eq!(
+        span.double_attr("gpu.energy"),
+        None,
+        "the counter was not read while the step ran: its energy is unknown, not zero"
+    );
+    assert_eq!(span.double_attr("gpu.power.avg"), None);
+}
