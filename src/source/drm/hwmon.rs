@@ -11,7 +11,9 @@
 //!
 //! Read on the sampler thread at the power cadence, never when the source opens a span. A
 //! file that cannot be read, a counter that goes back, or a figure past [`MOST_POWER_UW`]
-//! gives no figure (never zero) and one warning line naming the file.
+//! gives no figure (never zero) and one warning line naming the file. Files that are gone
+//! are looked for again once a second: a driver reload registers the card's hwmon under a
+//! new number.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -41,8 +43,17 @@ pub(crate) struct Hwmon {
     last: Option<(u64, Instant)>,
     /// The figure includes the CPU (an APU's socket).
     pub(crate) socket: bool,
+    /// The card's directory and driver, where the files are looked for again when they
+    /// are gone (a driver reload registers its hwmon under a new number).
+    card_dir: PathBuf,
+    driver: Driver,
+    /// When the files were last looked for again.
+    sought: Option<Instant>,
     told: Told,
 }
+
+/// How often files that are gone are looked for again.
+const SEEK_EVERY: Duration = Duration::from_secs(1);
 
 /// Which warning lines were said, each once.
 #[derive(Debug, Default)]
@@ -67,10 +78,11 @@ impl Hwmon {
             .map(|e| e.path())
             .collect();
         dirs.sort();
-        dirs.into_iter().find_map(|dir| Self::in_dir(&dir, driver))
+        dirs.into_iter()
+            .find_map(|dir| Self::in_dir(&dir, card_dir, driver))
     }
 
-    fn in_dir(dir: &Path, driver: Driver) -> Option<Self> {
+    fn in_dir(dir: &Path, card_dir: &Path, driver: Driver) -> Option<Self> {
         let first = |names: &[&str]| {
             names
                 .iter()
@@ -89,12 +101,24 @@ impl Hwmon {
             power,
             last: None,
             socket,
+            card_dir: card_dir.to_path_buf(),
+            driver,
+            sought: None,
             told: Told::default(),
         })
     }
 
-    /// Reads the counter and the power into `out`.
+    /// Reads the counter and the power into `out`; files that are gone are looked for
+    /// again, and those found read at once.
     pub(crate) fn read(&mut self, now: Instant, buf: &mut Vec<u8>, out: &mut PowerReading) {
+        if self.read_files(now, buf, out) && self.seek(now) {
+            self.read_files(now, buf, out);
+        }
+    }
+
+    /// Reads the files into `out`; whether one of them is gone.
+    fn read_files(&mut self, now: Instant, buf: &mut Vec<u8>, out: &mut PowerReading) -> bool {
+        let mut gone = false;
         if let Some(path) = &self.energy {
             match files::number(path, buf) {
                 Ok(uj) => {
@@ -104,6 +128,7 @@ impl Hwmon {
                 }
                 Err(why) => {
                     self.last = None;
+                    gone |= why == files::Missing::Absent;
                     unreadable(&why, path, &mut self.told);
                 }
             }
@@ -114,8 +139,33 @@ impl Hwmon {
                     implausible(path, &format!("says {uw} µW"), &mut self.told);
                 }
                 Ok(uw) => out.power_mw = Some((uw + 500) / 1000),
-                Err(why) => unreadable(&why, path, &mut self.told),
+                Err(why) => {
+                    gone |= why == files::Missing::Absent;
+                    unreadable(&why, path, &mut self.told);
+                }
             }
+        }
+        gone
+    }
+
+    /// Looks for the card's files again, at most every [`SEEK_EVERY`]; whether it found
+    /// them elsewhere (read from then on, the counter afresh).
+    fn seek(&mut self, now: Instant) -> bool {
+        if self
+            .sought
+            .is_some_and(|at| now.duration_since(at) < SEEK_EVERY)
+        {
+            return false;
+        }
+        self.sought = Some(now);
+        match Self::open(&self.card_dir, self.driver) {
+            Some(found) if (&found.energy, &found.power) != (&self.energy, &self.power) => {
+                self.energy = found.energy;
+                self.power = found.power;
+                self.last = None;
+                true
+            }
+            _ => false,
         }
     }
 }

@@ -198,3 +198,27 @@ fn a_hwmon_directory_that_goes_away_gives_no_figure_until_it_is_back() {
     assert_eq!(back.energy_uj, Some(3_000_000));
     assert_eq!(back.power_mw, None, "no increase across the gap");
 }
+
+#[test]
+fn a_hwmon_directory_back_under_another_number_is_read_again() {
+    // A driver reload registers the card's hwmon afresh, under the next free number.
+    let tree = Tree::of("xe-vram0-gtt");
+    hwmon(&tree, "card1", "hwmon4", &[("energy1_input", "1000000\n")]);
+    let mut source = tree.open();
+    assert_eq!(read_power(&mut source)[0].energy_uj, Some(1_000_000));
+    let dir = tree.path("sys/class/drm/card1/device/hwmon/hwmon4");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(read_power(&mut source)[0].energy_uj, None);
+    hwmon(&tree, "card1", "hwmon9", &[("energy1_input", "2000\n")]);
+    // Looked for again at most once a second while it is gone.
+    std::thread::sleep(Duration::from_millis(1100));
+    let back = &read_power(&mut source)[0];
+    assert_eq!(back.energy_uj, Some(2_000));
+    assert_eq!(back.power_mw, None, "no increase across the reload");
+    hwmon(&tree, "card1", "hwmon9", &[("energy1_input", "502000\n")]);
+    std::thread::sleep(Duration::from_millis(50));
+    let mw = read_power(&mut source)[0]
+        .power_mw
+        .expect("the power again");
+    assert!((2_000..=10_000).contains(&mw), "{mw} mW");
+}
