@@ -109,10 +109,12 @@ impl Hwmon {
     }
 
     /// Reads the counter and the power into `out`; files that are gone are looked for
-    /// again, and those found read at once.
+    /// again, and those found read at once: their power, and their counter as a new one
+    /// (not given this read, so that no increase is counted from the old one's value).
     pub(crate) fn read(&mut self, now: Instant, buf: &mut Vec<u8>, out: &mut PowerReading) {
         if self.read_files(now, buf, out) && self.seek(now) {
             self.read_files(now, buf, out);
+            out.energy_uj = None;
         }
     }
 
