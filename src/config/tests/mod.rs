@@ -174,6 +174,18 @@ fn invalid_values_name_the_variable_and_the_value() {
     let cases: &[(&str, &str, &str)] = &[
         ("GPUSPAN_SAMPLE_INTERVAL", "fast", "5ms"),
         ("GPUSPAN_SAMPLE_INTERVAL", "10us", "at least 100us"),
+        (
+            "GPUSPAN_POWER_INTERVAL",
+            "0",
+            "at least 100us, such as 20ms",
+        ),
+        ("GPUSPAN_POWER_INTERVAL", "-20ms", "5ms"),
+        ("GPUSPAN_POWER_INTERVAL", "20 watts", "5ms"),
+        (
+            "GPUSPAN_POWER_INTERVAL",
+            "99999999999999999999s",
+            "at most a day",
+        ),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s", "milliseconds"),
         (
             "OTEL_EXPORTER_OTLP_PROTOCOL",
