@@ -9,6 +9,10 @@
 //! - `render`: the table and the JSON of the outcome.
 //!
 //! `cargo bench -p gpuspan-cli --bench diff_runs`
+//!
+//! With `GPUSPAN_BENCH_DIFF_DIR=DIR`, the two runs are written to `DIR/base` and `DIR/new`
+//! (unless already there) and kept, so that the command itself can be timed on them as a
+//! whole process: `/usr/bin/time -v gpuspan diff DIR/base DIR/new --json`.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -118,10 +122,15 @@ fn write_run(dir: &Path, extra: i64) {
 }
 
 fn diff_runs(c: &mut Criterion) {
-    let root = tempfile::tempdir().unwrap();
-    let (base, new) = (root.path().join("base"), root.path().join("new"));
-    write_run(&base, 0);
-    write_run(&new, MIB);
+    let temporary = tempfile::tempdir().unwrap();
+    let kept = std::env::var_os("GPUSPAN_BENCH_DIFF_DIR").map(std::path::PathBuf::from);
+    let root = kept.as_deref().unwrap_or(temporary.path());
+    let (base, new) = (root.join("base"), root.join("new"));
+    for (dir, extra) in [(&base, 0), (&new, MIB)] {
+        if kept.is_none() || !dir.join("traces.jsonl").is_file() {
+            write_run(dir, extra);
+        }
+    }
     let size = std::fs::metadata(base.join("traces.jsonl")).unwrap().len();
     eprintln!(
         "diff_runs: {} steps a side, {:.0} MB a side",

@@ -4,6 +4,7 @@
 //! one step or epoch (a validation loop run twice), which time it was.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
@@ -87,12 +88,48 @@ pub(super) struct Point {
 /// A row's spans by place.
 pub(super) type Series = BTreeMap<Place, Point>;
 
+/// A map keyed by what a file holds (span ids, names and indices), with a cheaper hash
+/// than SipHash, which guards against keys chosen to collide, not a concern for one's own
+/// run.
+type Map<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// The multiply-and-rotate hash of rustc's `FxHasher`, then MurmurHash3's finaliser: a
+/// span id's varying bytes are its last, the high bits of a word, and the map indexes by
+/// the low bits, so every bit of the word must reach them.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+}
+
 /// Every row of a side, with its spans by place.
 pub(super) fn rows(side: &Side, one_run: bool) -> BTreeMap<RowKey, Series> {
     let mut rows: BTreeMap<RowKey, Series> = BTreeMap::new();
     for rank in &side.ranks {
         // Two single runs are compared whatever ranks they name.
         let name = if one_run { None } else { rank.rank.clone() };
+        // A rank's rows by span name and device, each made a row's key once.
+        let mut by_name: Map<(&str, Device), Series> = Map::default();
         let places = places(&rank.spans);
         for (span, place) in rank.spans.iter().zip(places) {
             let mut add = |device: Device, start, peak, end, framework: bool| {
@@ -116,12 +153,10 @@ pub(super) fn rows(side: &Side, one_run: bool) -> BTreeMap<RowKey, Series> {
                     trace_id: span.trace_id,
                     span_id: span.span_id,
                 };
-                let key = RowKey {
-                    rank: name.clone(),
-                    phase: span.name.clone(),
-                    device,
-                };
-                rows.entry(key).or_default().insert(place, point);
+                by_name
+                    .entry((span.name.as_str(), device))
+                    .or_default()
+                    .insert(place, point);
             };
             if let Some(gpu) = span.gpu {
                 add(Device::All, Some(gpu.start), gpu.peak, Some(gpu.end), true);
@@ -138,6 +173,14 @@ pub(super) fn rows(side: &Side, one_run: bool) -> BTreeMap<RowKey, Series> {
                 }
             }
         }
+        for ((phase, device), series) in by_name {
+            let key = RowKey {
+                rank: name.clone(),
+                phase: phase.to_owned(),
+                device,
+            };
+            rows.entry(key).or_default().extend(series);
+        }
     }
     rows
 }
@@ -151,7 +194,7 @@ fn non_allocator(span: &SpanRecord) -> Option<i64> {
 
 /// The place of each span of one rank, in the order given.
 fn places(spans: &[SpanRecord]) -> Vec<Place> {
-    let by_id: HashMap<[u8; 8], usize> = spans
+    let by_id: Map<[u8; 8], usize> = spans
         .iter()
         .enumerate()
         .map(|(i, s)| (s.span_id, i))
@@ -184,7 +227,7 @@ fn places(spans: &[SpanRecord]) -> Vec<Place> {
     // Repeats of a name at one place are told apart by their start order.
     let mut order: Vec<usize> = (0..spans.len()).collect();
     order.sort_by_key(|&i| spans[i].start_unix_nanos);
-    let mut seen: HashMap<(&str, Option<i64>, Option<i64>), u32> = HashMap::new();
+    let mut seen: Map<(&str, Option<i64>, Option<i64>), u32> = Map::default();
     for i in order {
         let count = seen
             .entry((spans[i].name.as_str(), places[i].epoch, places[i].step))

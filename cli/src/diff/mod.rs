@@ -15,6 +15,7 @@ mod figure;
 mod limits;
 mod load;
 mod render;
+mod scan;
 mod wire;
 
 use std::path::{Path, PathBuf};

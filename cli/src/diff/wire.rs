@@ -1,8 +1,12 @@
-//! A traces file's line read fast: only what a comparison uses (ids, name, times, status
-//! and the `gpu.`, `ml.` and `batch_size` attributes), borrowed from the line where it can
-//! be, everything else skipped unread. Each span's attributes go straight into the one
-//! reader of span attributes (`SpanReader`, the rules of `SpanRecord::from_otlp`) as they
-//! are decoded, so no span is built twice and no attribute is copied.
+//! A traces file's line read through serde_json: only what a comparison uses (ids, name,
+//! times, status and the `gpu.`, `ml.` and `batch_size` attributes), borrowed from the line
+//! where it can be, everything else skipped unread. Each span's attributes go straight into
+//! the one reader of span attributes (`SpanReader`, the rules of `SpanRecord::from_otlp`)
+//! as they are decoded, so no span is built twice and no attribute is copied.
+//!
+//! The lines gpuspan writes are read by the faster scan of `scan.rs`, which builds the same
+//! records; this reader takes any line the scan leaves to it, and says what is wrong with a
+//! line that is not an export request.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -28,7 +32,7 @@ pub(super) struct ResourceSpans {
     #[serde(rename = "resource", default, deserialize_with = "rank_of")]
     pub(super) rank: Option<String>,
     #[serde(rename = "scopeSpans", default)]
-    scope_spans: Vec<ScopeSpans>,
+    pub(super) scope_spans: Vec<ScopeSpans>,
 }
 
 impl ResourceSpans {
@@ -44,10 +48,11 @@ struct Resource<'a> {
     attributes: Vec<Attribute<'a>>,
 }
 
+/// One scope's spans, read.
 #[derive(Deserialize)]
-struct ScopeSpans {
+pub(super) struct ScopeSpans {
     #[serde(default, deserialize_with = "spans")]
-    spans: Vec<SpanRecord>,
+    pub(super) spans: Vec<SpanRecord>,
 }
 
 #[derive(Deserialize)]
@@ -58,28 +63,30 @@ struct WireStatus<'a> {
     message: Cow<'a, str>,
 }
 
+/// One attribute, read.
 #[derive(Deserialize)]
-struct Attribute<'a> {
+pub(super) struct Attribute<'a> {
     #[serde(borrow)]
-    key: Cow<'a, str>,
+    pub(super) key: Cow<'a, str>,
     #[serde(default, borrow)]
-    value: Option<Value<'a>>,
+    pub(super) value: Option<Value<'a>>,
 }
 
-#[derive(Deserialize)]
-struct Value<'a> {
+/// An attribute's value, as far as a comparison reads one.
+#[derive(Deserialize, Default)]
+pub(super) struct Value<'a> {
     #[serde(rename = "intValue", default)]
-    int: Option<Number>,
+    pub(super) int: Option<Number>,
     #[serde(rename = "stringValue", default, borrow)]
-    string: Option<Cow<'a, str>>,
+    pub(super) string: Option<Cow<'a, str>>,
     /// `gpu.energy` and the other figures in joules or watts.
     #[serde(rename = "doubleValue", default)]
-    double: Option<Double>,
+    pub(super) double: Option<Double>,
 }
 
 /// A float as OTLP/JSON writes one: a number, or a string (`"NaN"`, `"Infinity"`).
 #[derive(Clone, Copy)]
-struct Double(Option<f64>);
+pub(super) struct Double(pub(super) Option<f64>);
 
 impl<'de> Deserialize<'de> for Double {
     fn deserialize<D: Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
@@ -117,7 +124,7 @@ struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 /// An integer as OTLP/JSON writes one: a string of digits, or a number.
 #[derive(Default, Clone, Copy)]
-struct Number(Option<i128>);
+pub(super) struct Number(pub(super) Option<i128>);
 
 impl<'de> Deserialize<'de> for Number {
     fn deserialize<D: Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
@@ -184,16 +191,20 @@ fn rank_of<'de, D: Deserializer<'de>>(input: D) -> Result<Option<String>, D::Err
     let Some(resource) = Option::<Resource<'de>>::deserialize(input)? else {
         return Ok(None);
     };
-    let rank = resource
-        .attributes
+    Ok(rank_in(&resource.attributes))
+}
+
+/// The `ml.rank` among a resource's attributes, if it names one.
+pub(super) fn rank_in(attributes: &[Attribute<'_>]) -> Option<String> {
+    let rank = attributes
         .iter()
         .find(|a| a.key == attribute::ML_RANK)
         .and_then(|a| a.value.as_ref());
-    Ok(rank.and_then(|value| match (&value.int, &value.string) {
+    rank.and_then(|value| match (&value.int, &value.string) {
         (Some(Number(Some(v))), _) => Some(v.to_string()),
         (_, Some(s)) => Some(s.to_string()),
         _ => None,
-    }))
+    })
 }
 
 /// A scope's spans, each read into its record as it is decoded.
@@ -281,21 +292,40 @@ impl<'de> Visitor<'de> for SpanVisitor {
                 }
             }
         }
-        let time = |n: Number| n.0.and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
-        let error = status
-            .filter(|s| s.code == StatusCode::Error as i32)
-            .map(|s| s.message.into_owned());
-        Ok(WireSpan(reader.finish(
-            name.0.into_owned(),
-            (
-                id(&trace_id.0).unwrap_or_default(),
-                id(&span_id.0).unwrap_or_default(),
-                id(&parent.0),
-            ),
-            (time(start), time(end)),
-            error,
+        let status = status.as_ref().map(|s| (s.code, &*s.message));
+        Ok(WireSpan(finish(
+            reader,
+            &name.0,
+            (&trace_id.0, &span_id.0, &parent.0),
+            (start, end),
+            status,
         )))
     }
+}
+
+/// The record of a span whose attributes `reader` has read: its name, its trace, span and
+/// parent ids as hex, its start and end, and its status's code and message.
+pub(super) fn finish(
+    reader: SpanReader,
+    name: &str,
+    (trace_id, span_id, parent): (&str, &str, &str),
+    (start, end): (Number, Number),
+    status: Option<(i32, &str)>,
+) -> SpanRecord {
+    let time = |n: Number| n.0.and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
+    let error = status
+        .filter(|(code, _)| *code == StatusCode::Error as i32)
+        .map(|(_, message)| message.to_owned());
+    reader.finish(
+        name.to_owned(),
+        (
+            id(trace_id).unwrap_or_default(),
+            id(span_id).unwrap_or_default(),
+            id(parent),
+        ),
+        (time(start), time(end)),
+        error,
+    )
 }
 
 /// A span's attributes, each handed to the reader as it is decoded: only the `gpu.`, `ml.`
@@ -319,19 +349,28 @@ impl<'de> Visitor<'de> for Attributes<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while let Some(attribute) = seq.next_element::<Attribute<'de>>()? {
-            let key = &*attribute.key;
-            if !(key.starts_with("gpu.") || key.starts_with("ml.") || key == attribute::BATCH_SIZE)
-            {
-                continue;
-            }
-            match attribute.value.as_ref().and_then(Value::read) {
-                Some(Read::Int(v)) => self.0.int(key, v),
-                Some(Read::Text(s)) => self.0.text(key, s),
-                Some(Read::Float(v)) => self.0.float(key, v),
-                None => {}
-            }
+            offer(self.0, &attribute.key, attribute.value.as_ref());
         }
         Ok(())
+    }
+}
+
+/// Whether a comparison reads the attribute `key`: the `gpu.`, `ml.` and `batch_size` ones.
+pub(super) fn wanted(key: &str) -> bool {
+    key.starts_with("gpu.") || key.starts_with("ml.") || key == attribute::BATCH_SIZE
+}
+
+/// Hands one attribute to the reader if a comparison reads it, as an integer that fits, else
+/// as its string, else as its float.
+pub(super) fn offer(reader: &mut SpanReader, key: &str, value: Option<&Value<'_>>) {
+    if !wanted(key) {
+        return;
+    }
+    match value.and_then(Value::read) {
+        Some(Read::Int(v)) => reader.int(key, v),
+        Some(Read::Text(s)) => reader.text(key, s),
+        Some(Read::Float(v)) => reader.float(key, v),
+        None => {}
     }
 }
 
