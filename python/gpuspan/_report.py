@@ -15,8 +15,9 @@ class Report:
     ``(path, table, source, epochs)``, ``epochs`` one dict per epoch. On a job of several
     ranks, ``job`` holds the job's figures, as ``gpuspan report`` prints them: ``ranks``,
     ``epochs`` (per epoch ``worst_rank``, ``worst_peak``, ``lowest_peak``, ``skew``,
-    ``slowest_rank``, ``slowest_seconds``), ``steps`` and ``first_oom`` (lines or ``None``)
-    and ``table``; else ``None``."""
+    ``slowest_rank``, ``slowest_seconds``), ``steps``, ``first_oom`` (the rank first out of
+    memory) and ``first_forecast`` (the rank first forecast to run out of memory), lines or
+    ``None``, and ``table``; else ``None``."""
 
     def __init__(self, runs, job=None):
         self.runs = runs
@@ -83,7 +84,7 @@ def _job_html(job):
         ]
         lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     lines.append("</tbody></table>")
-    for line in (job["steps"], job["first_oom"]):
+    for line in (job["steps"], job["first_oom"], job["first_forecast"]):
         if line:
             lines.append(f"<p>{html.escape(line)}</p>")
     return "\n".join(lines)

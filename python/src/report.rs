@@ -58,7 +58,8 @@ pub(crate) fn read_run<'py>(
 
 /// The job's figures, the same the `gpuspan report` table prints: `ranks`, `epochs` (a dict
 /// per epoch: `worst_rank`, `worst_peak`, `lowest_peak`, `skew`, `slowest_rank`,
-/// `slowest_seconds`), `steps` and `first_oom` (lines, or `None`), and `table` (the text).
+/// `slowest_seconds`), `steps`, `first_oom` and `first_forecast` (lines, or `None`), and
+/// `table` (the text).
 fn job<'py>(py: Python<'py>, table: &JobTable) -> PyResult<Option<Bound<'py, PyDict>>> {
     let Some(text) = table.render() else {
         return Ok(None);
@@ -80,6 +81,7 @@ fn job<'py>(py: Python<'py>, table: &JobTable) -> PyResult<Option<Bound<'py, PyD
     job.set_item("epochs", epochs)?;
     job.set_item("steps", table.steps_summary())?;
     job.set_item("first_oom", table.first_out_of_memory())?;
+    job.set_item("first_forecast", table.first_forecast())?;
     job.set_item("table", text)?;
     Ok(Some(job))
 }
