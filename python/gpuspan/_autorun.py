@@ -1,7 +1,8 @@
 """Spans for a PyTorch program that never imported gpuspan, under ``gpuspan run``.
 
-``gpuspan run``'s bootstrap (a ``sitecustomize``) calls :func:`arrived` once the program has
-imported ``torch``, Lightning or the Transformers Trainer. For ``torch``, global optimizer hooks open one
+``gpuspan run``'s bootstrap (a ``sitecustomize``) calls :func:`arrived`, which the package
+registers in the entry point group ``gpuspan.autorun`` (``pyproject.toml``), once the program
+has imported ``torch``, Lightning or the Transformers Trainer. For ``torch``, global optimizer hooks open one
 ``step`` span per optimizer step: a step covers all the work since the previous step ended
 (data loading, forward, backward, gradient accumulation, the optimizer); the first opens at
 the first forward pass with gradients enabled. ``ml.step`` is the step's index, counting

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import threading
 import time
@@ -86,6 +87,49 @@ def run_python(code, cwd, env, check=True, timeout=120):
             f"script exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
         )
     return proc
+
+
+# A training that never imports gpuspan, exits with 5 and prints what it trained.
+TORCH_ONLY = """
+import sys
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+print("trained", round(float(model.weight.sum()), 4))
+sys.exit(5)
+"""
+
+
+def gpuspan_run(args, cwd, env):
+    """Runs `args` under the installed package's `gpuspan run`; returns the CompletedProcess."""
+    launcher = str(Path(sys.executable).with_name("gpuspan"))
+    return subprocess.run(
+        [launcher, "run", "--", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=300,
+    )
+
+
+def interpreter_without_gpuspan(tmp_path):
+    """A fresh virtualenv that sees every package of this one except gpuspan."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    mirror = tmp_path / "packages"
+    mirror.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():
+        if not entry.name.lower().startswith("gpuspan"):
+            (mirror / entry.name).symlink_to(entry)
+    python = venv / "bin" / "python"
+    target = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(target, "mirror.pth").write_text(f"{mirror}\n")
+    return python
 
 
 def read_spans(traces_jsonl):

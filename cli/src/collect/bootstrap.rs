@@ -1,13 +1,15 @@
 //! The Python bootstrap `gpuspan run` gives its command: a `sitecustomize.py`, first on the
-//! command's `PYTHONPATH`, that hands `torch`, Lightning and Transformers to the gpuspan
-//! package once the program imports them (see the file itself for what it promises).
+//! command's `PYTHONPATH`, that hands `torch`, Lightning and Transformers, once the program
+//! imports them, to the functions registered in the entry point group `gpuspan.autorun`
+//! (the gpuspan package registers one; see the file itself for what it promises).
 
 use std::ffi::OsString;
 use std::path::Path;
 
-/// The bootstrap's one file. It hands over to the Python package (`gpuspan._autorun`) but
-/// is kept outside it, so the wheel does not ship it, and inside this crate, so the
-/// published crate builds from its own files.
+/// The bootstrap's one file. It finds the Python package through an entry point group, not
+/// by name, so that the command depends on no package above it; it is kept outside the
+/// package, so the wheel does not ship it, and inside this crate, so the published crate
+/// builds from its own files.
 const SITECUSTOMIZE: &str = include_str!("sitecustomize.py");
 
 /// A directory holding the bootstrap, removed when dropped.

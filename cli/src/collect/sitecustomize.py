@@ -1,11 +1,13 @@
 """gpuspan's bootstrap for a Python command under ``gpuspan run``.
 
 ``gpuspan run`` puts this file's directory first on the command's ``PYTHONPATH``. It does
-nothing at startup but watch for ``torch``, Lightning and the Transformers Trainer: once the program
-imports one of them, it hands the module to the gpuspan package (``gpuspan._autorun``), which
-opens the spans. It never changes what the program computes or how it exits: when the
-package cannot be imported, it prints one warning line and the program runs on, with the
-``run`` span only. A ``sitecustomize`` module that was already on the path still runs.
+nothing at startup but watch for ``torch``, Lightning and the Transformers Trainer: once the
+program imports one of them, it calls each function registered in the entry point group
+``gpuspan.autorun`` as ``function(name, module)``. The gpuspan package registers the one that
+opens the spans; this file names no package. It never changes what the program computes or
+how it exits: when nothing is registered for the interpreter, it prints one warning line and
+the program runs on, with the ``run`` span only. A ``sitecustomize`` module that was already
+on the path still runs.
 """
 
 import os
@@ -15,32 +17,66 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 # The Transformers Trainer's own module, not the package: most programs that import
 # transformers never build a Trainer, and loading it costs seconds.
 _WATCHED = ("torch", "lightning", "pytorch_lightning", "transformers.trainer")
-_broken = False
+# Where a package registers what it does with the watched modules.
+_GROUP = "gpuspan.autorun"
+# The registered functions, as (entry point, function): None until a watched module first
+# arrives, as reading the installed packages' metadata costs milliseconds.
+_hooks = None
+
+
+def _registered():
+    """The entry points of ``_GROUP`` that this interpreter's packages declare."""
+    from importlib.metadata import entry_points
+
+    if sys.version_info >= (3, 10):
+        return entry_points(group=_GROUP)
+    return entry_points().get(_GROUP, ())
+
+
+def _warn(message):
+    print(f"gpuspan: warning: {message}", file=sys.stderr)
+
+
+def _load_hooks(name):
+    """Loads the registered functions, or says in one line why there are none."""
+    global _hooks
+    # Set first: a watched module that loading a hook imports finds none, rather than
+    # loading them again.
+    _hooks = []
+    try:
+        found, unread = _registered(), ""
+    except BaseException as error:  # noqa: BLE001 - the program must run on, whatever failed
+        found, unread = (), f"; its packages' metadata cannot be read: {type(error).__name__}: {error}"
+    for entry in found:
+        try:
+            function = entry.load()
+        except BaseException as error:  # noqa: BLE001
+            _warn(f"{name} was imported, but {entry.value} (registered in {_GROUP}) cannot be "
+                  f"imported by {sys.executable} ({type(error).__name__}: {error}); the program "
+                  "runs on without it")
+            continue
+        # The same package can be on the path twice: its function is called once.
+        if all(function is not known for _, known in _hooks):
+            _hooks.append((entry, function))
+    if not found:
+        _warn(f"{name} was imported, but the gpuspan package is not installed for "
+              f"{sys.executable} (nothing is registered in the entry point group {_GROUP}"
+              f"{unread}), so this run records the run span only; install it in that "
+              f"environment: {sys.executable} -m pip install gpuspan")
 
 
 def _arrived(name, module):
     """Called once ``name`` has been executed in full."""
-    global _broken
-    if _broken:
-        return
-    try:
-        from gpuspan import _autorun
-    except BaseException as error:  # noqa: BLE001 - the program must run on, whatever failed
-        _broken = True
-        print(
-            f"gpuspan: warning: {name} was imported, but the gpuspan package cannot be "
-            f"imported by {sys.executable} ({type(error).__name__}: {error}), so this run "
-            f"records the run span only; install it in that environment: "
-            f"{sys.executable} -m pip install gpuspan",
-            file=sys.stderr,
-        )
-        return
-    try:
-        _autorun.arrived(name, module)
-    except BaseException as error:  # noqa: BLE001
-        _broken = True
-        print(f"gpuspan: warning: instrumenting {name} failed ({error}); the program runs on "
-              "without gpuspan's spans", file=sys.stderr)
+    if _hooks is None:
+        _load_hooks(name)
+    for hook in list(_hooks):
+        entry, function = hook
+        try:
+            function(name, module)
+        except BaseException as error:  # noqa: BLE001
+            _hooks.remove(hook)
+            _warn(f"instrumenting {name} with {entry.value} failed ({type(error).__name__}: "
+                  f"{error}); the program runs on without it")
 
 
 class _Watcher:
