@@ -53,20 +53,17 @@ impl CollectorProcess {
             .spawn()
             .expect("start gpuspan collect");
         let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
-        let mut line = String::new();
-        stderr.read_line(&mut line).expect("read its first line");
+        let banner = read_banner(&mut stderr);
         let mut process = Self {
             child,
             stderr,
             grpc,
             http,
-            banner: line.trim_end().to_owned(),
+            banner: banner.clone().unwrap_or_default(),
         };
-        if !line.contains("gpuspan collect: OTLP") {
+        if let Err(before) = banner {
             let _ = process.child.kill();
-            let mut rest = String::new();
-            let _ = process.stderr.read_to_string(&mut rest);
-            panic!("gpuspan collect did not start: {line}{rest}");
+            panic!("gpuspan collect did not start: {before}");
         }
         process
     }
@@ -119,5 +116,22 @@ impl Drop for CollectorProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Reads `gpuspan collect`'s stderr up to its banner (the line saying where it listens) and
+/// returns it, trimmed. A warning may come first (a sampler too slow for its interval on a
+/// busy machine). `Err` with everything it printed when it ended without one.
+pub fn read_banner(stderr: &mut impl BufRead) -> Result<String, String> {
+    let mut before = String::new();
+    loop {
+        let mut line = String::new();
+        match stderr.read_line(&mut line) {
+            Ok(0) | Err(_) => return Err(before),
+            Ok(_) if line.contains("gpuspan collect: OTLP") => {
+                return Ok(line.trim_end().to_owned())
+            }
+            Ok(_) => before.push_str(&line),
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use gpuspan_test_support as support;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -110,9 +110,7 @@ fn sixteen_mib_requests_past_the_queue_get_retry_later_and_rss_stays_bounded() {
         stderr: BufReader::new(child.stderr.take().unwrap()),
         child,
     };
-    let mut line = String::new();
-    collector.stderr.read_line(&mut line).unwrap();
-    assert!(line.contains("gpuspan collect: OTLP"), "{line}");
+    support::collector_process::read_banner(&mut collector.stderr).unwrap();
 
     let request = request_of((16 * MIB - 64 * 1024) as usize);
     let body = prost::Message::encode_to_vec(&request);

@@ -3,7 +3,7 @@
 
 use gpuspan_test_support as support;
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -33,8 +33,7 @@ fn a_json_span_gets_the_devices_memory_and_sigterm_stops_the_collector() {
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(collector.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
+    let line = support::collector_process::read_banner(&mut stderr).unwrap();
     assert!(
         line.contains(&format!("HTTP on 127.0.0.1:{port}")),
         "{line}"

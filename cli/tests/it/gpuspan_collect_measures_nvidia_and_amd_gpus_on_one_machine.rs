@@ -4,7 +4,7 @@
 
 use gpuspan_test_support as support;
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -48,8 +48,7 @@ fn a_span_gets_the_memory_of_the_nvidia_and_the_amd_gpu() {
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(collector.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
+    let line = support::collector_process::read_banner(&mut stderr).unwrap();
     assert!(
         line.contains(&format!("HTTP on 127.0.0.1:{port}")),
         "{line}"
