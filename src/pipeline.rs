@@ -40,7 +40,7 @@ pub use crate::export::health::ExportHealth;
 pub use crate::export::otlp::request::{OtlpRequest, SharedRequest};
 pub use crate::export::queue::{Accept, Queue, QueueConfig, Transport};
 pub use crate::export::sink::{Sink, SinkError, Undelivered};
-pub use crate::figures::{device_keys, Number, SpanEnergy, SpanFigures, Triple};
+pub use crate::figures::{device_keys, Number, SpanFigures, SpanPower, Triple};
 pub use crate::source::processes::ProcessTable;
 pub use crate::timeline::{Tick, TickObserver};
 pub use crate::util::sync::lock;

@@ -3,16 +3,17 @@
 //!
 //! The figures leave by one route: recorded as the span's tracing fields for every
 //! subscriber, and handed with the closing span to the export thread, which makes them OTel
-//! attributes (see `layer.rs`). The training thread copies a few atomics and nothing more.
+//! attributes (see `layer.rs`). The training thread copies a few atomics and nothing more;
+//! the power figures stay on the span's watermark, which goes to the export thread with it.
 
 use std::sync::{Arc, OnceLock};
 
 use tracing::field::{Field, Value};
 use tracing::span::EnteredSpan;
 
-use crate::figures::{Number, Reading, SpanEnergy, SpanFigures, Triple, TRACED};
+use crate::figures::{Number, Reading, SpanFigures, Triple, Watermark, TRACED};
 use crate::layer::{current, Ending, LayerState};
-use crate::sampler::{figure, Shared, Watermark};
+use crate::sampler::{figure, Shared};
 
 /// The memory fields of one macro call site, looked up by name once and reused, so a
 /// closing span records all of them in a single `record_all` call.
@@ -110,7 +111,7 @@ impl MemorySpan {
     /// without memory fields.
     pub fn abandon(mut self) {
         if let Some(tracking) = self.tracking.take() {
-            tracking.state.shared.close_watermark(&tracking.watermark);
+            tracking.state.shared.close_watermark(tracking.watermark);
         }
         if let Some(entered) = self.span.take() {
             crate::layer::hand_over(entered, Ending::Abandoned);
@@ -152,9 +153,14 @@ impl Drop for MemorySpan {
         let Some(span) = self.span.take() else { return };
         match self.tracking.take() {
             Some(tracking) => {
-                let figures = measure(&tracking.state.shared, &tracking.watermark);
-                tracking.state.shared.close_watermark(&tracking.watermark);
-                record_fields(&figures, tracking.fields, &span);
+                let Tracking {
+                    fields,
+                    state,
+                    watermark,
+                } = tracking;
+                let mut figures = measure(&state.shared, &watermark);
+                figures.power = state.shared.finish_watermark(watermark);
+                record_fields(&figures, fields, &span);
                 crate::layer::hand_over(span, Ending::Measured(figures));
             }
             None => drop(span),
@@ -212,53 +218,7 @@ fn measure(shared: &Arc<Shared>, watermark: &Watermark) -> SpanFigures {
         resolution_ns: widest(figure::GPU_RESOLUTION),
         process_resolution_ns: widest(figure::PROCESS_RESOLUTION),
         error,
-        energy: shared
-            .power_base()
-            .map(|base| energy(shared, watermark, base))
-            .unwrap_or_default(),
-    }
-}
-
-/// What the sampler's power totals moved by while the span was open.
-fn energy(shared: &Shared, watermark: &Watermark, base: usize) -> SpanEnergy {
-    use figure::power as slot;
-    let moved = |figure: usize| {
-        let (start, end) = (
-            watermark.start(base + figure),
-            shared.reading(base + figure),
-        );
-        end.get()?.checked_sub(start.get()?)
-    };
-    let reset = moved(slot::RESETS) != Some(0);
-    let counted = |figure: usize| moved(figure).filter(|_| !reset);
-    let mut reasons = 0u32;
-    for i in 0..crate::figures::energy::REASONS.len() {
-        if moved(slot::REASON0 + i).unwrap_or(0) > 0 {
-            reasons |= 1 << i;
-        }
-    }
-    let low = slot::SM_CLOCK_LOW + base;
-    let devices = shared.devices().len();
-    SpanEnergy {
-        read: true,
-        counted_uj: counted(slot::ENERGY),
-        reset,
-        power_sum_mw: moved(slot::POWER_SUM),
-        power_reads: moved(slot::POWER_READS).unwrap_or(0),
-        power_now_mw: shared.reading(base + slot::POWER_NOW).get(),
-        throttled_reads: moved(slot::THROTTLED).unwrap_or(0),
-        clock_reads: moved(slot::CLOCK_READS).unwrap_or(0),
-        reasons,
-        lowest_sm_mhz: crate::sampler::power::lowest_clock(
-            watermark.peak(low).max(shared.reading(low)),
-        ),
-        devices_uj: if devices > 1 {
-            (0..devices)
-                .map(|i| counted(slot::DEVICE_ENERGY0 + i))
-                .collect()
-        } else {
-            Vec::new()
-        },
+        power: Default::default(),
     }
 }
 

@@ -27,7 +27,6 @@ use crate::figures::Triple;
 pub(crate) enum Returned {
     Attributes(Vec<KeyValue>),
     Devices(Vec<Triple>),
-    DeviceEnergy(Vec<Option<u64>>),
 }
 
 /// Lists waiting to be freed; more than this and the export thread frees them itself.

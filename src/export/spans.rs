@@ -136,15 +136,19 @@ impl Accept for SpanIntake {
             };
             self.attributes.clear();
             figures.write(&devices, &mut self.attributes, record.as_mut());
-            if figures.energy.read {
-                let from = self.attributes.len();
-                let throttled = self.energy(&mut span, &figures.energy);
-                if let Some(record) = record.as_mut() {
-                    for kv in &self.attributes[from..] {
-                        record.read(kv.key.as_str(), Attr::of_value(&kv.value));
-                    }
-                    if throttled {
-                        record.mark_throttled();
+            if let Some(watermark) = figures.power.0.take() {
+                let energy = watermark.energy();
+                self.shared.recycle_watermark(watermark);
+                if let Some(energy) = energy {
+                    let from = self.attributes.len();
+                    let throttled = self.energy(&mut span, &energy);
+                    if let Some(record) = record.as_mut() {
+                        for kv in &self.attributes[from..] {
+                            record.read(kv.key.as_str(), Attr::of_value(&kv.value));
+                        }
+                        if throttled {
+                            record.mark_throttled();
+                        }
                     }
                 }
             }
@@ -159,10 +163,6 @@ impl Accept for SpanIntake {
                 if let Some(record) = &mut record {
                     record.error = Some(error.clone());
                 }
-            }
-            if figures.energy.devices_uj.capacity() > 0 {
-                let devices = std::mem::take(&mut figures.energy.devices_uj);
-                self.returned.push(Returned::DeviceEnergy(devices));
             }
             if figures.devices.capacity() > 0 {
                 self.returned

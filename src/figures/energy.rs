@@ -7,11 +7,10 @@ use opentelemetry::{Array, Key, KeyValue, StringValue, Value};
 
 use crate::names::attribute as attr;
 
-/// What the sampler's power totals moved by while a span was open. Made on the training
-/// thread by subtracting the totals at its start from those at its end; `None` is "not
-/// measured", never zero.
+/// What the sampler's power reads added up to while a span was open. Read from the span's
+/// watermark on the export thread; `None` is "not measured", never zero.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SpanEnergy {
+pub(crate) struct SpanEnergy {
     /// Whether the source reads energy, power or clocks at all.
     pub read: bool,
     /// The energy counters' increase, summed over the devices in scope, in µJ; `None` when
@@ -36,6 +35,46 @@ pub struct SpanEnergy {
     /// Per device, only with more than one device in scope: its counter's increase, in µJ.
     pub devices_uj: Vec<Option<u64>>,
 }
+
+/// Positions of the power figures: the sampler's running totals after the per-device memory
+/// figures (`Shared::power_base`), and what a watermark adds up while its span is open.
+pub(crate) mod slot {
+    /// The energy counters' increase, summed over the devices, in µJ.
+    pub(crate) const ENERGY: usize = 0;
+    /// How often a counter went back or stopped answering.
+    pub(crate) const RESETS: usize = 1;
+    /// The power readings' sum, in mW, and their count.
+    pub(crate) const POWER_SUM: usize = 2;
+    pub(crate) const POWER_READS: usize = 3;
+    /// The latest power reading, in mW.
+    pub(crate) const POWER_NOW: usize = 4;
+    /// Readings of the clock event reasons with the clocks held down.
+    pub(crate) const THROTTLED: usize = 5;
+    /// Readings with each of `REASONS`, in its order.
+    pub(crate) const REASON0: usize = 6;
+    /// The lowest SM clock, upside down ([`lowest_clock`]), so that the highest is the lowest.
+    pub(crate) const SM_CLOCK_LOW: usize = REASON0 + super::REASONS.len();
+    /// Readings of the clock event reasons (with or without a power reading).
+    pub(crate) const CLOCK_READS: usize = SM_CLOCK_LOW + 1;
+    /// Each device's counter increase, in µJ.
+    pub(crate) const DEVICE_ENERGY0: usize = CLOCK_READS + 1;
+
+    /// A lowest SM clock as [`SM_CLOCK_LOW`] holds it, upside down.
+    pub(crate) fn upside_down(mhz: Option<u64>) -> crate::figures::Reading {
+        mhz.map(|c| u64::MAX - 1 - c).into()
+    }
+
+    /// A lowest SM clock back from the figure that holds it upside down.
+    pub(crate) fn lowest_clock(figure: crate::figures::Reading) -> Option<u64> {
+        figure.get().map(|v| u64::MAX - 1 - v)
+    }
+}
+
+/// The power figures of a closed span, on their way to the export thread: the span's
+/// watermark, which the sampler added them to while the span was open. Empty where the
+/// source reads no energy, power or clocks, and on the spans `gpuspan collect` enriches.
+#[derive(Debug, Default)]
+pub struct SpanPower(pub(crate) Option<std::sync::Arc<super::Watermark>>);
 
 /// The clock event reasons that hold the clocks down, as `gpu.throttle.reasons` names them,
 /// with NVML's bit for each (`nvmlClocksEventReason*`), in the sampler's order.

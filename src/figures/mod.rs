@@ -13,15 +13,18 @@ mod columns;
 pub(crate) mod energy;
 mod read;
 mod reading;
+mod watermark;
 
 pub use columns::Number;
 use columns::Slot;
 pub(crate) use columns::TRACED;
-pub use energy::SpanEnergy;
+pub(crate) use energy::SpanEnergy;
+pub use energy::SpanPower;
 pub use read::SpanReader;
 pub(crate) use read::{Attr, RecordBuilder};
 pub(crate) use reading::AtomicReading;
 pub(crate) use reading::Reading;
+pub(crate) use watermark::Watermark;
 
 use std::sync::Arc;
 
@@ -99,7 +102,6 @@ pub struct SpanFigures {
     /// Per device, only with more than one device in scope.
     pub devices: Vec<Triple>,
     /// How many samples the peak was taken over (`gpu.memory.samples`).
-    /// How many samples the peak was taken over (`gpu.memory.samples`).
     pub samples: Option<u64>,
     /// The width, in nanoseconds, each figure stands for, on the spans `gpuspan collect`
     /// enriches (its sampling interval, or the bucket width of an older window).
@@ -109,8 +111,9 @@ pub struct SpanFigures {
     pub process_resolution_ns: Option<u64>,
     /// Why the span failed: devices lost while it was open, or a panic.
     pub error: Option<String>,
-    /// Energy, power and clocks while the span was open (`gpu.energy`, ...).
-    pub energy: SpanEnergy,
+    /// Energy, power and clocks while the span was open (`gpu.energy`, ...), read on the
+    /// export thread.
+    pub power: SpanPower,
 }
 
 impl SpanFigures {
@@ -367,7 +370,7 @@ mod tests {
                     resolution_ns: None,
                     process_resolution_ns: Some(5_000_000),
                     error: (variant == 4).then(|| "device 1 was lost".to_owned()),
-                    energy: Default::default(),
+                    power: Default::default(),
                 };
                 // The program recorded its own allocator peak on the span.
                 let extra = if variant == 5 {

@@ -1,7 +1,7 @@
 //! The background sampling thread: latest readings and a peak watermark for every open span.
 //!
 //! The training thread never reads a device. It copies the latest figures (atomics) when a
-//! span opens and closes, and registers a [`Watermark`] that the sampler raises at every
+//! span opens and closes, and registers a [`Watermark`](crate::figures::Watermark) that the sampler raises at every
 //! tick, handing it back for the next span when the span ends (so a step neither allocates
 //! one nor leaves one for the sampler to free). The only lock the training thread takes is
 //! the watermark list's, which the sampler holds for the few atomic maxima of one tick.
@@ -39,27 +39,7 @@ pub(crate) mod figure {
     /// source reads energy, power or clocks: positions from [`Shared::power_base`].
     ///
     /// [`Shared::power_base`]: super::Shared::power_base
-    pub(crate) mod power {
-        /// The energy counters' increase, summed over the devices, in µJ.
-        pub(crate) const ENERGY: usize = 0;
-        /// How often a counter went back or stopped answering.
-        pub(crate) const RESETS: usize = 1;
-        /// The power readings' sum, in mW, and their count.
-        pub(crate) const POWER_SUM: usize = 2;
-        pub(crate) const POWER_READS: usize = 3;
-        /// The latest power reading, in mW.
-        pub(crate) const POWER_NOW: usize = 4;
-        /// Readings of the clock event reasons with the clocks held down.
-        pub(crate) const THROTTLED: usize = 5;
-        /// Readings with each of `power::REASONS`, in its order.
-        pub(crate) const REASON0: usize = 6;
-        /// The lowest SM clock, upside down (`power::lowest_clock`).
-        pub(crate) const SM_CLOCK_LOW: usize = REASON0 + super::super::power::REASONS.len();
-        /// Readings of the clock event reasons (with or without a power reading).
-        pub(crate) const CLOCK_READS: usize = SM_CLOCK_LOW + 1;
-        /// Each device's counter increase, in µJ.
-        pub(crate) const DEVICE_ENERGY0: usize = CLOCK_READS + 1;
-    }
+    pub(crate) use crate::figures::energy::slot as power;
 }
 
 mod cadence;
@@ -69,7 +49,7 @@ mod meter;
 pub(crate) mod power;
 mod processes;
 mod shared;
-mod watermark;
+mod watermarks;
 
 use cadence::Cadence;
 pub(crate) use driver_check::line as driver_check_line;
@@ -78,7 +58,6 @@ pub(crate) use meter::{Call, SelfMeter};
 use processes::Processes;
 pub use shared::SamplerStats;
 pub(crate) use shared::Shared;
-pub(crate) use watermark::Watermark;
 
 /// How long stopping waits for the sampler thread.
 const STOP_WAIT: Duration = Duration::from_secs(1);
@@ -325,7 +304,7 @@ impl Ticker {
         // The power totals stay between their own reads.
         self.figures[..memory].fill(Reading::NONE);
         let failing = self.read_devices();
-        self.read_power(now, memory);
+        let power_read = self.read_power(now, memory);
         if let Some(widened) = self.cadence.widened() {
             let widened = Reading::some(processes::nanos(widened));
             self.figures[figure::GPU_RESOLUTION] = widened;
@@ -344,20 +323,29 @@ impl Ticker {
                 peak.raise(self.figures[figure::DEVICE0 + device]);
             }
         }
+        let moved = self
+            .power
+            .as_ref()
+            .filter(|_| power_read)
+            .map(power::Power::moved);
         for watermark in &lock(&shared.watermarks).open {
-            watermark.raise(&self.figures, failing);
+            watermark.raise(&self.figures[..memory], failing);
+            if let Some(moved) = moved {
+                watermark.add_power(moved);
+            }
         }
         shared.ticks.fetch_add(1, Ordering::Relaxed);
         self.notify_observers();
     }
 
-    /// Reads energy, power and clocks when their interval has passed.
-    fn read_power(&mut self, now: Instant, base: usize) {
+    /// Reads energy, power and clocks when their interval has passed; whether it read.
+    fn read_power(&mut self, now: Instant, base: usize) -> bool {
         let (Some(power), Some(source)) = (self.power.as_mut(), self.source.as_mut()) else {
-            return;
+            return false;
         };
         let started = Instant::now();
-        if power.tick(source.as_mut(), now, &mut self.figures, base) {
+        let read = power.tick(source.as_mut(), now, &mut self.figures, base);
+        if read {
             self.shared.meter(Call::Power, started.elapsed());
             for (slot, mw) in self.shared.power_mw.iter().zip(power.device_power()) {
                 slot.store(mw.into());
@@ -368,6 +356,7 @@ impl Ticker {
                     .store(Reading::some(processes::nanos(period)));
             }
         }
+        read
     }
 
     /// Hands this tick to the observers (timeline file, near-OOM ring, range-max store).

@@ -1,8 +1,7 @@
 //! Energy, power and clocks, read on the sampler thread at a cadence of their own (slower
-//! than memory's) and published as running totals that a span copies at its start and end.
-//!
-//! A span's energy is the difference of two totals, so the training thread only copies
-//! atomics, as it does for memory. The totals: the energy counters' increase summed over the
+//! than memory's), published as running totals (for the metrics) and, read by read, added
+//! to the open spans' watermarks (for the spans), so that the training thread does not
+//! copy them. The totals: the energy counters' increase summed over the
 //! devices (a counter that goes back, a driver reload, is not added and counts a reset
 //! instead, so a span open across it has no figure), the power readings' sum and count
 //! (their mean times a span's duration estimates the energy of a span shorter than the
@@ -45,6 +44,9 @@ pub(super) struct Power {
     moved_at: Option<Instant>,
     /// The latest time between two moves of the counters.
     pub(super) period: Option<Duration>,
+    /// What the latest read added to the totals, in `slot`'s order: what the open spans'
+    /// watermarks add up.
+    moved: Vec<Reading>,
 }
 
 impl Power {
@@ -77,6 +79,7 @@ impl Power {
             lowest_clock: None,
             moved_at: None,
             period: None,
+            moved: vec![Reading::NONE; Self::slots(n)],
         })
     }
 
@@ -110,8 +113,20 @@ impl Power {
         true
     }
 
+    /// What the latest read added, for the open spans' watermarks.
+    pub(super) fn moved(&self) -> &[Reading] {
+        &self.moved
+    }
+
     fn add(&mut self, now: Instant) {
         let before = self.energy;
+        let counted_before = self.counted();
+        let resets_before = self.resets;
+        let throttled_before = self.throttled;
+        for (i, moved) in self.moved[slot::DEVICE_ENERGY0..].iter_mut().enumerate() {
+            // Not counted until the device's counter has been read once.
+            *moved = self.counters[i].map(|_| 0).into();
+        }
         let mut power: Option<u64> = None;
         let mut reasons = 0u64;
         let mut lowest_clock: Option<u64> = None;
@@ -123,6 +138,7 @@ impl Power {
                 (Some(last), Some(now)) if now >= last => {
                     self.device_energy[i] += now - last;
                     self.energy += now - last;
+                    self.moved[slot::DEVICE_ENERGY0 + i] = Reading::some(now - last);
                 }
                 // Went back (a driver reload), or stopped answering: what was drawn in
                 // between is unknown.
@@ -156,6 +172,20 @@ impl Power {
                 }
             }
         }
+        let once = |happened: bool| Reading::some(u64::from(happened));
+        let counted = counted_before && self.counted();
+        let moved = &mut self.moved;
+        moved[slot::ENERGY] = counted.then_some(self.energy - before).into();
+        moved[slot::RESETS] = Reading::some(self.resets - resets_before);
+        moved[slot::POWER_SUM] = Reading::some(power.unwrap_or(0));
+        moved[slot::POWER_READS] = once(power.is_some());
+        moved[slot::POWER_NOW] = power.into();
+        moved[slot::THROTTLED] = Reading::some(self.throttled - throttled_before);
+        moved[slot::CLOCK_READS] = once(clocks_read);
+        for (i, (_, bit)) in REASONS.iter().enumerate() {
+            moved[slot::REASON0 + i] = once(clocks_read && reasons & bit != 0);
+        }
+        moved[slot::SM_CLOCK_LOW] = slot::upside_down(lowest_clock);
         self.power_now = power;
         self.lowest_clock = lowest_clock;
         if self.energy != before {
@@ -170,9 +200,14 @@ impl Power {
         self.readings.iter().map(|r| r.power_mw)
     }
 
-    /// The totals, in `figure::power`'s order.
+    /// Whether the counters' sum covers every device that gives power.
+    fn counted(&self) -> bool {
+        self.counters.iter().any(Option::is_some) && !self.power_only
+    }
+
+    /// The totals, in `slot`'s order.
     fn publish(&self, out: &mut [Reading]) {
-        let counted = self.counters.iter().any(Option::is_some) && !self.power_only;
+        let counted = self.counted();
         let read = self.power_reads > 0;
         out[slot::ENERGY] = counted.then_some(self.energy).into();
         out[slot::RESETS] = Reading::some(self.resets);
@@ -184,15 +219,9 @@ impl Power {
         for (i, &count) in self.reasons.iter().enumerate() {
             out[slot::REASON0 + i] = Reading::some(count);
         }
-        // Held upside down, so that a watermark's highest is the lowest clock.
-        out[slot::SM_CLOCK_LOW] = self.lowest_clock.map(|c| u64::MAX - 1 - c).into();
+        out[slot::SM_CLOCK_LOW] = slot::upside_down(self.lowest_clock);
         for (i, (&energy, counter)) in self.device_energy.iter().zip(&self.counters).enumerate() {
             out[slot::DEVICE_ENERGY0 + i] = counter.map(|_| energy).into();
         }
     }
-}
-
-/// A lowest SM clock back from the figure that holds it upside down.
-pub(crate) fn lowest_clock(figure: Reading) -> Option<u64> {
-    figure.get().map(|v| u64::MAX - 1 - v)
 }

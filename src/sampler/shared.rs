@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::driver_check::DriverCheck;
 use super::figure;
 use super::meter::{Call, SelfMeter};
-use super::watermark::{Watermark, Watermarks, FREE_WATERMARKS};
-use crate::figures::{AtomicReading, Reading};
+use super::watermarks::{Watermarks, FREE_WATERMARKS};
+use crate::figures::{AtomicReading, Reading, SpanPower, Watermark};
 use crate::record::GpuId;
 use crate::source::Device;
 use crate::util::sync::lock;
@@ -326,50 +326,68 @@ impl Shared {
     }
 
     /// Starts tracking a span: copies the latest figures into a watermark the sampler
-    /// raises at every tick. `None` once gpuspan has shut down (nothing would raise it).
+    /// raises at every tick (and adds its power reads to). `None` once gpuspan has shut
+    /// down (nothing would raise it).
     pub(crate) fn open_watermark(&self) -> Option<Arc<Watermark>> {
         if self.closed.load(Ordering::Relaxed) {
             return None;
         }
         let mut watermarks = lock(&self.watermarks);
-        let watermark = watermarks
-            .free
-            .pop()
-            .unwrap_or_else(|| Arc::new(Watermark::new(self.latest.len())));
-        for ((start, peak), latest) in watermark
-            .start
-            .iter()
-            .zip(watermark.peaks.iter())
-            .zip(self.latest.iter())
-        {
-            let value = latest.load();
-            start.store(value);
-            peak.store(value);
+        let watermark = watermarks.free.pop().unwrap_or_else(|| {
+            let memory = self.power_base.unwrap_or(self.latest.len());
+            Arc::new(Watermark::new(memory, self.latest.len() - memory))
+        });
+        watermark.open(&self.latest, self.failing.load(Ordering::Relaxed));
+        if let Some(base) = self.power_base {
+            use figure::power::{POWER_NOW, SM_CLOCK_LOW};
+            watermark.open_power(
+                self.latest[base + POWER_NOW].load(),
+                self.latest[base + SM_CLOCK_LOW].load(),
+            );
         }
-        watermark
-            .start_failing
-            .store(self.failing.load(Ordering::Relaxed), Ordering::Relaxed);
-        watermark.samples.store(0, Ordering::Relaxed);
-        watermark.errors.store(0, Ordering::Relaxed);
         watermarks.open.push(Arc::clone(&watermark));
         Some(watermark)
     }
 
-    /// Stops tracking a span, once its figures are read: its watermark leaves the open
-    /// list and waits on the free list for the next span. Called by the thread that ends
-    /// the span, usually the one that opens the next, so a training loop reuses one
-    /// watermark per nesting level: it never allocates one per step, the sampler never
-    /// frees one that thread allocated (with glibc, a free into another thread's arena
-    /// contends with its allocations), and a tick raises only the spans open now.
-    pub(crate) fn close_watermark(&self, watermark: &Arc<Watermark>) {
+    /// Stops tracking a span whose figures were read, and hands its power figures on: the
+    /// watermark itself, which the export thread reads them from and then gives back
+    /// ([`Shared::recycle_watermark`]). Without power figures it goes back at once.
+    ///
+    /// Called by the thread that ends the span, usually the one that opens the next, so a
+    /// training loop reuses one watermark per nesting level (and per span in flight to the
+    /// export thread): it does not allocate one per step, and a tick raises only the spans
+    /// open now.
+    pub(crate) fn finish_watermark(&self, watermark: Arc<Watermark>) -> SpanPower {
         let mut watermarks = lock(&self.watermarks);
         let Watermarks { open, free } = &mut *watermarks;
         // The span that closes is most often the one opened last.
-        if let Some(at) = open.iter().rposition(|w| Arc::ptr_eq(w, watermark)) {
-            let closed = open.swap_remove(at);
-            if free.len() < FREE_WATERMARKS {
-                free.push(closed);
-            }
+        let Some(at) = open.iter().rposition(|w| Arc::ptr_eq(w, &watermark)) else {
+            // Let go at shutdown: the sampler no longer adds to it.
+            return SpanPower::default();
+        };
+        let listed = open.swap_remove(at);
+        if watermark.holds_power() {
+            return SpanPower(Some(watermark));
+        }
+        if free.len() < FREE_WATERMARKS {
+            free.push(listed);
+        }
+        SpanPower::default()
+    }
+
+    /// Stops tracking a span that will not be exported: its watermark goes back for reuse.
+    pub(crate) fn close_watermark(&self, watermark: Arc<Watermark>) {
+        if let SpanPower(Some(watermark)) = self.finish_watermark(watermark) {
+            self.recycle_watermark(watermark);
+        }
+    }
+
+    /// Takes back a watermark whose power figures the export thread has read.
+    pub(crate) fn recycle_watermark(&self, watermark: Arc<Watermark>) {
+        watermark.clear_power();
+        let mut watermarks = lock(&self.watermarks);
+        if !self.closed.load(Ordering::Relaxed) && watermarks.free.len() < FREE_WATERMARKS {
+            watermarks.free.push(watermark);
         }
     }
 
@@ -394,7 +412,7 @@ impl Shared {
         let watermarks = lock(&self.watermarks);
         for watermark in &watermarks.open {
             for (figure, value) in pushed {
-                watermark.peaks[figure].raise(value);
+                watermark.raise_figure(figure, value);
             }
         }
     }
@@ -441,17 +459,56 @@ mod tests {
         let shared = shared(8);
         let epoch = shared.open_watermark().unwrap();
         let first = shared.open_watermark().unwrap();
-        shared.close_watermark(&first);
+        let _ = shared.finish_watermark(Arc::clone(&first));
         for _ in 0..1_000 {
             let step = shared.open_watermark().unwrap();
             assert!(
                 Arc::ptr_eq(&step, &first),
                 "a new watermark was made for a step"
             );
-            shared.close_watermark(&step);
+            assert!(shared.finish_watermark(step).0.is_none());
         }
         let watermarks = lock(&shared.watermarks);
         assert_eq!(watermarks.open.len(), 1, "only the epoch is open");
         assert!(Arc::ptr_eq(&watermarks.open[0], &epoch));
+    }
+
+    #[test]
+    fn a_span_s_power_figures_go_with_its_watermark_and_it_comes_back_cleared() {
+        use figure::power as slot;
+        let mut shared = shared(2);
+        shared.read_power(super::super::power::Power::slots(2), None);
+        let base = shared.power_base().unwrap();
+        shared.latest[base + slot::POWER_NOW].store(Reading::some(250_000));
+        let step = shared.open_watermark().unwrap();
+        let mut moved = vec![Reading::some(0); super::super::power::Power::slots(2)];
+        moved[slot::ENERGY] = Reading::some(7_000);
+        moved[slot::DEVICE_ENERGY0] = Reading::some(3_000);
+        moved[slot::DEVICE_ENERGY0 + 1] = Reading::some(4_000);
+        moved[slot::POWER_NOW] = Reading::NONE;
+        moved[slot::SM_CLOCK_LOW] = slot::upside_down(Some(1_400));
+        for watermark in &lock(&shared.watermarks).open {
+            watermark.add_power(&moved);
+            watermark.add_power(&moved);
+        }
+        let power = shared.finish_watermark(Arc::clone(&step));
+        let held = power.0.expect("the watermark goes with the span");
+        let energy = held.energy().unwrap();
+        assert_eq!(energy.counted_uj, Some(14_000));
+        assert_eq!(energy.devices_uj, vec![Some(6_000), Some(8_000)]);
+        assert_eq!(energy.lowest_sm_mhz, Some(1_400));
+        assert!(!energy.reset);
+        assert!(lock(&shared.watermarks).open.is_empty());
+        shared.recycle_watermark(held);
+        let next = shared.open_watermark().unwrap();
+        assert!(Arc::ptr_eq(&next, &step), "the watermark was not reused");
+        let energy = next.energy().unwrap();
+        assert_eq!(energy.counted_uj, Some(0));
+        assert_eq!(
+            energy.power_now_mw,
+            Some(250_000),
+            "the power current at its start"
+        );
+        assert_eq!(energy.devices_uj, vec![Some(0), Some(0)]);
     }
 }

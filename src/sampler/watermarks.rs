@@ -1,0 +1,18 @@
+//! The list of open spans' watermarks, and closed ones kept for reuse.
+
+use std::sync::Arc;
+
+use crate::figures::Watermark;
+
+/// Open spans' watermarks, and closed ones kept for reuse so that opening a span does not
+/// allocate. A span's watermark leaves `open` when the span ends (`Shared::finish_watermark`),
+/// under the lock the sampler raises `open` under, and comes back to `free` once its figures
+/// are read: at once, or, when it holds power figures, once the export thread has read them.
+#[derive(Debug, Default)]
+pub(super) struct Watermarks {
+    pub(super) open: Vec<Arc<Watermark>>,
+    pub(super) free: Vec<Arc<Watermark>>,
+}
+
+/// Most watermarks kept for reuse.
+pub(super) const FREE_WATERMARKS: usize = 256;
