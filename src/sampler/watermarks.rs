@@ -14,5 +14,8 @@ pub(super) struct Watermarks {
     pub(super) free: Vec<Arc<Watermark>>,
 }
 
-/// Most watermarks kept for reuse.
-pub(super) const FREE_WATERMARKS: usize = 256;
+/// Most watermarks kept for reuse: as many as spans wait for the export thread at once in
+/// a busy loop (the export queue's batches), so that a step span does not allocate one
+/// while the export thread holds those of the steps before it. About 0.5 KiB each with 8
+/// devices; the list only grows as far as the spans in flight have needed.
+pub(super) const FREE_WATERMARKS: usize = 4096;
