@@ -312,7 +312,7 @@ impl Ticker {
         }
         self.figures[figure::HOST_RSS] = self.host.resident_bytes().into();
         let shared = &*self.shared;
-        for (i, &value) in self.figures.iter().enumerate() {
+        for (i, &value) in self.figures[..memory].iter().enumerate() {
             if i != figure::ALLOCATED && i != figure::RESERVED {
                 shared.latest[i].store(value);
             }
@@ -328,12 +328,20 @@ impl Ticker {
             .as_ref()
             .filter(|_| power_read)
             .map(power::Power::moved);
-        for watermark in &lock(&shared.watermarks).open {
+        let watermarks = lock(&shared.watermarks);
+        // The power totals move under the lock a span opens under, with the open spans'
+        // sums: a span opening now sees the totals before this read and gets its share,
+        // or those after it and not.
+        for (latest, &value) in shared.latest[memory..].iter().zip(&self.figures[memory..]) {
+            latest.store(value);
+        }
+        for watermark in &watermarks.open {
             watermark.raise(&self.figures[..memory], failing);
             if let Some(moved) = moved {
                 watermark.add_power(moved);
             }
         }
+        drop(watermarks);
         shared.ticks.fetch_add(1, Ordering::Relaxed);
         self.notify_observers();
     }
