@@ -199,16 +199,21 @@ impl RecordBuilder {
     /// Reads an energy or clock attribute; whether `key` was one.
     fn read_energy(&mut self, key: &str, value: &Attr<'_>) -> bool {
         let energy = &mut self.energy;
+        // Joules, watts and shares are finite and not negative: a NaN, an infinity or a
+        // negative figure in a hand-written or damaged file is read as no figure, so no view
+        // prints it nor sums it into a total.
         let float = match *value {
             Attr::Float(v) => Some(v),
             Attr::Int(v) => Some(v as f64),
             _ => None,
-        };
+        }
+        .filter(|v| v.is_finite() && *v >= 0.0);
+        let share = float.filter(|v| *v <= 1.0);
         match key {
             attr::GPU_ENERGY => energy.joules = energy.joules.or(float),
             attr::GPU_POWER_AVG => energy.power_watts = energy.power_watts.or(float),
             attr::GPU_ENERGY_PER_SAMPLE => energy.per_sample = energy.per_sample.or(float),
-            attr::GPU_THROTTLE_SHARE => energy.throttle_share = energy.throttle_share.or(float),
+            attr::GPU_THROTTLE_SHARE => energy.throttle_share = energy.throttle_share.or(share),
             attr::GPU_ENERGY_ESTIMATED => energy.estimated |= matches!(value, Attr::Bool(true)),
             attr::GPU_CLOCK_SM_MIN => {
                 if let Attr::Int(v) = *value {

@@ -180,3 +180,29 @@ fn a_span_read_attribute_by_attribute_is_the_record_from_otlp_makes() {
     assert_eq!(read.batch_size, Some(64));
     assert_eq!(read.devices[0].id, GpuId::gpu(1));
 }
+
+/// Figures no device reads (a share above 1, a negative power, NaN joules) are no figure.
+#[test]
+fn a_throttle_share_outside_zero_to_one_and_a_negative_power_are_read_as_no_figure() {
+    let read = |attributes: &[(&str, f64)]| {
+        let mut reader = super::SpanReader::default();
+        for (key, value) in attributes {
+            reader.float(key, *value);
+        }
+        reader
+            .finish("step".into(), ([0; 16], [0; 8], None), (0, 1), None)
+            .energy
+    };
+    let energy = read(&[
+        (attr::GPU_THROTTLE_SHARE, 1.5),
+        (attr::GPU_POWER_AVG, -3.0),
+        (attr::GPU_ENERGY, f64::NAN),
+        ("gpu.1.energy", f64::INFINITY),
+    ]);
+    assert_eq!(energy, EnergyFigures::default());
+    let energy = read(&[(attr::GPU_THROTTLE_SHARE, 0.25), (attr::GPU_ENERGY, 1e300)]);
+    assert_eq!(
+        (energy.throttle_share, energy.joules),
+        (Some(0.25), Some(1e300))
+    );
+}

@@ -226,3 +226,22 @@ fn a_throttled_rank_is_named_the_cause_only_where_the_others_were_slow_at_its_st
         "{table}"
     );
 }
+
+#[test]
+fn energy_that_is_not_a_number_infinite_or_negative_is_left_out_of_the_job_view() {
+    let mut job = JobTable::default();
+    for (rank, joules) in [f64::NAN, f64::INFINITY, -5.0, 2.5].into_iter().enumerate() {
+        job.add_rank(&format!("rank-{rank}"));
+        job.add_span(&epoch_span(0));
+        job.add_span(&step_span(0, 10, false, joules));
+    }
+    let energy = job.energy_by_rank();
+    let figures: Vec<Option<f64>> = energy.iter().map(|r| r.joules).collect();
+    assert_eq!(figures, [None, None, None, Some(2.5)]);
+    assert_eq!(job.job_energy().map(|(joules, _)| joules), Some(2.5));
+    let table = job.render_energy();
+    assert!(table.contains("(1 of 4 ranks)"), "{table}");
+    for bad in ["NaN", "inf", "-5"] {
+        assert!(!table.contains(bad), "{bad} in {table}");
+    }
+}
