@@ -103,11 +103,13 @@ impl JobTable {
             );
         }
         let counted = ranks.iter().filter(|r| r.joules.is_some()).count();
+        // A total with an estimate in it is itself one, as the rank's `~` says.
+        let estimated = ranks.iter().any(|r| r.joules.is_some() && r.estimated);
         let _ = write!(
             out,
             "{:>6}  {:>10}  {:>9}",
             "job",
-            joules(total),
+            format!("{}{}", if estimated { "~" } else { "" }, joules(total)),
             watts(power)
         );
         if counted < ranks.len() {

@@ -245,3 +245,18 @@ fn energy_that_is_not_a_number_infinite_or_negative_is_left_out_of_the_job_view(
         assert!(!table.contains(bad), "{bad} in {table}");
     }
 }
+
+#[test]
+fn the_job_total_is_marked_an_estimate_when_a_rank_s_figure_is_one() {
+    let mut job = JobTable::default();
+    for rank in 0..2 {
+        job.add_rank(&format!("rank-{rank}"));
+        job.add_span(&epoch_span(0));
+        let mut step = step_span(0, 10, false, 2.5);
+        step.energy.estimated = rank == 1;
+        job.add_span(&step);
+    }
+    let table = job.render_energy();
+    let total = table.lines().last().unwrap();
+    assert!(total.contains("~5.0 J"), "{table}");
+}
