@@ -227,12 +227,68 @@ fn energy_table(job: &JobTable) -> String {
             r = escape(&rank.rank),
         );
     }
+    // As the terminal's table: `~` when an estimate is in the total, and how many ranks it
+    // counts when some have no figure, so a partial sum never reads as the job's.
+    let ranks = job.energy_by_rank();
+    let counted = ranks.iter().filter(|r| r.joules.is_some()).count();
+    let estimated = ranks.iter().any(|r| r.joules.is_some() && r.estimated);
+    let partial = if counted < ranks.len() {
+        format!(" ({counted} of {} ranks)", ranks.len())
+    } else {
+        String::new()
+    };
     let _ = write!(
         out,
-        "</tbody><tfoot><tr id=\"job-energy-total\"><th>job</th><th>{}</th><th>{}</th></tr>\
-         </tfoot></table>",
+        "</tbody><tfoot><tr id=\"job-energy-total\"><th>job</th><th>{}{}{partial}</th>\
+         <th>{}</th></tr></tfoot></table>",
+        if estimated { "~" } else { "" },
         joules(total),
         watts(power)
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuspan::runlog::SpanReader;
+
+    /// A span of epoch 0 lasting 10 ms: the epoch itself, or its step 0 carrying `joules`.
+    fn span(step: bool, joules: Option<f64>, estimated: bool) -> gpuspan::runlog::SpanRecord {
+        let mut reader = SpanReader::default();
+        reader.int("ml.epoch", 0);
+        if step {
+            reader.int("ml.step", 0);
+        }
+        if let Some(joules) = joules {
+            reader.float("gpu.energy", joules);
+        }
+        let mut record = reader.finish(
+            if step { "step" } else { "epoch" }.into(),
+            ([1; 16], [step as u8 + 1; 8], step.then_some([1; 8])),
+            (0, 10_000_000),
+            None,
+        );
+        record.energy.estimated = estimated;
+        record
+    }
+
+    #[test]
+    fn the_page_s_job_total_says_how_many_ranks_it_counts_and_that_it_is_an_estimate() {
+        let mut job = JobTable::default();
+        for (rank, joules, estimated) in [
+            (0, Some(2.5), true),
+            (1, Some(2.5), false),
+            (2, None, false),
+        ] {
+            job.add_rank(&format!("rank-{rank}"));
+            job.add_span(&span(false, None, false));
+            job.add_span(&span(true, joules, estimated));
+        }
+        let table = energy_table(&job);
+        assert!(
+            table.contains("<th>job</th><th>~5.0 J (2 of 3 ranks)</th>"),
+            "{table}"
+        );
+    }
 }
