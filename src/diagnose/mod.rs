@@ -133,7 +133,7 @@ impl Diagnosis {
             run_dir,
             Arc::clone(&open_spans),
             Arc::clone(&counts),
-            board.clone(),
+            near_oom::Writer::new(board.clone()),
         )?;
         let peers = board
             .map(|board| {

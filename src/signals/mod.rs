@@ -84,28 +84,33 @@ struct Target {
 static TARGET: Mutex<Option<Target>> = Mutex::new(None);
 static FLUSHER: OnceLock<()> = OnceLock::new();
 
-/// Flushes `tracer` and `meter` on SIGINT and SIGTERM, within `bound` in total; see the
+/// Which signals a flush answers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FlushedOn {
+    /// SIGINT and SIGTERM.
+    InterruptAndTerminate,
+    /// SIGTERM only: for a runtime that turns SIGINT into an exception of its own and
+    /// flushes on its way out (Python's `KeyboardInterrupt`).
+    Terminate,
+}
+
+/// Flushes `tracer` and `meter` on the signals of `on`, within `bound` in total; see the
 /// module documentation for what happens to the signal. Calling it again replaces what is
 /// flushed.
-pub(crate) fn flush_on_signal(
+pub(crate) fn flush_on(
+    on: FlushedOn,
     tracer: SdkTracerProvider,
     meter: SdkMeterProvider,
     bound: Duration,
 ) -> std::io::Result<()> {
-    flush_on(&disposition::SIGNALS, tracer, meter, bound)
+    let signals: &[libc::c_int] = match on {
+        FlushedOn::InterruptAndTerminate => &disposition::SIGNALS,
+        FlushedOn::Terminate => &[libc::SIGTERM],
+    };
+    flush_on_signals(signals, tracer, meter, bound)
 }
 
-/// As [`flush_on_signal`], on SIGTERM only: for a runtime that turns SIGINT into an
-/// exception of its own and flushes on its way out (Python's `KeyboardInterrupt`).
-pub(crate) fn flush_on_sigterm(
-    tracer: SdkTracerProvider,
-    meter: SdkMeterProvider,
-    bound: Duration,
-) -> std::io::Result<()> {
-    flush_on(&[libc::SIGTERM], tracer, meter, bound)
-}
-
-fn flush_on(
+fn flush_on_signals(
     signals: &[libc::c_int],
     tracer: SdkTracerProvider,
     meter: SdkMeterProvider,

@@ -52,7 +52,7 @@ pub(crate) fn ambiguous<'a>(
 }
 
 /// A UUID kept in lower case, with its `GPU-`/`MIG-` as written.
-fn upper_prefix(uuid: &str) -> String {
+pub(crate) fn upper_prefix(uuid: &str) -> String {
     match uuid.get(..4) {
         Some(head) => format!("{}{}", head.to_ascii_uppercase(), &uuid[4..]),
         None => uuid.to_owned(),
@@ -74,10 +74,42 @@ pub struct DeviceScope {
     position: Option<usize>,
 }
 
+/// One entry of a runtime's list of visible devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum DeviceId {
-    Index(u32),
+pub(crate) enum ListEntry<N> {
+    /// A number: an index, or a position in the list the runtime narrows.
+    Number(N),
+    /// A `GPU-...` or `MIG-...` UUID or prefix of one, in lower case.
     Uuid(String),
+}
+
+type DeviceId = ListEntry<u32>;
+
+/// Parses a comma-separated list of numbers and `GPU-...` or `MIG-...` UUIDs, as CUDA, HIP
+/// and ROCr read theirs: empty entries are passed over and `-1` ends the list.
+pub(crate) fn parse_list<N: std::str::FromStr>(
+    list: &str,
+) -> Result<Vec<ListEntry<N>>, DeviceScopeError> {
+    let mut entries = Vec::new();
+    for raw in list.split(',') {
+        let entry = raw.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        if entry == "-1" {
+            break;
+        }
+        if let Ok(number) = entry.parse() {
+            entries.push(ListEntry::Number(number));
+        } else if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
+            entries.push(ListEntry::Uuid(entry.to_ascii_lowercase()));
+        } else {
+            return Err(DeviceScopeError {
+                entry: entry.to_owned(),
+            });
+        }
+    }
+    Ok(entries)
 }
 
 impl DeviceScope {
@@ -121,25 +153,7 @@ impl DeviceScope {
     /// # Errors
     /// An entry that is neither a number nor a `GPU-`/`MIG-` identifier.
     pub fn parse(list: &str) -> Result<Self, DeviceScopeError> {
-        let mut entries = Vec::new();
-        for raw in list.split(',') {
-            let entry = raw.trim();
-            if entry.is_empty() {
-                continue;
-            }
-            if entry == "-1" {
-                break;
-            }
-            if let Ok(index) = entry.parse::<u32>() {
-                entries.push(DeviceId::Index(index));
-            } else if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
-                entries.push(DeviceId::Uuid(entry.to_ascii_lowercase()));
-            } else {
-                return Err(DeviceScopeError {
-                    entry: entry.to_owned(),
-                });
-            }
-        }
+        let entries = parse_list(list)?;
         Ok(Self {
             entries: Some(entries),
             position: None,
@@ -150,7 +164,7 @@ impl DeviceScope {
     /// for every device, or past the last entry).
     pub(crate) fn entry(&self, position: usize) -> Option<String> {
         match self.entries.as_ref()?.get(position)? {
-            DeviceId::Index(index) => Some(index.to_string()),
+            DeviceId::Number(index) => Some(index.to_string()),
             // Kept in lower case; the prefix is read in upper case.
             DeviceId::Uuid(uuid) => Some(upper_prefix(uuid)),
         }
@@ -160,7 +174,7 @@ impl DeviceScope {
     pub(crate) fn ambiguity(&self, devices: &[Device]) -> Option<AmbiguousDevice> {
         self.entries.as_ref()?.iter().find_map(|entry| match entry {
             DeviceId::Uuid(prefix) => ambiguous(prefix, devices.iter().map(|d| d.uuid.as_str())),
-            DeviceId::Index(_) => None,
+            DeviceId::Number(_) => None,
         })
     }
 
@@ -171,7 +185,7 @@ impl DeviceScope {
         };
         let uuid = device.uuid.to_ascii_lowercase();
         entries.iter().any(|entry| match entry {
-            DeviceId::Index(index) => *index == device.index,
+            DeviceId::Number(index) => *index == device.index,
             DeviceId::Uuid(prefix) => uuid.starts_with(prefix.as_str()),
         })
     }

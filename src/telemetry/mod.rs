@@ -31,6 +31,7 @@ use crate::layer::{GpuspanLayer, LayerState};
 use crate::metrics::Durations;
 use crate::runlog::SummaryTap;
 use crate::sampler::{Sampler, SamplerStats};
+use crate::signals::FlushedOn;
 use crate::source::MemorySource;
 
 /// Sets gpuspan up from the environment and installs it as the global tracing subscriber.
@@ -258,15 +259,7 @@ impl Telemetry {
         opentelemetry::global::set_tracer_provider(inner.tracer_provider.clone());
         opentelemetry::global::set_meter_provider(inner.meter_provider.clone());
         if inner.settings.flush_on_signal {
-            crate::signals::flush_on_signal(
-                inner.tracer_provider.clone(),
-                inner.meter_provider.clone(),
-                crate::signals::flush_bound(&inner.settings),
-            )
-            .map_err(|source| InitError::Thread {
-                what: "signal",
-                source,
-            })?;
+            inner.flush_on(FlushedOn::InterruptAndTerminate)?;
         }
         Ok(())
     }
@@ -284,15 +277,7 @@ impl Telemetry {
         let Some(inner) = &self.inner else {
             return Ok(());
         };
-        crate::signals::flush_on_sigterm(
-            inner.tracer_provider.clone(),
-            inner.meter_provider.clone(),
-            crate::signals::flush_bound(&inner.settings),
-        )
-        .map_err(|source| InitError::Thread {
-            what: "signal",
-            source,
-        })
+        inner.flush_on(FlushedOn::Terminate)
     }
 
     /// Flushes, stops the sampler and exporters, and prints the run directory's summary.
@@ -321,6 +306,20 @@ impl Drop for Telemetry {
 }
 
 impl Inner {
+    /// Flushes the providers on the signals of `on`, within the bound the settings give.
+    fn flush_on(&self, on: FlushedOn) -> Result<(), InitError> {
+        crate::signals::flush_on(
+            on,
+            self.tracer_provider.clone(),
+            self.meter_provider.clone(),
+            crate::signals::flush_bound(&self.settings),
+        )
+        .map_err(|source| InitError::Thread {
+            what: "signal",
+            source,
+        })
+    }
+
     fn start(
         settings: Settings,
         custom_source: Option<Box<dyn MemorySource>>,

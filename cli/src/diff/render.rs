@@ -80,14 +80,8 @@ impl Diff {
         out.push('\n');
         for (name, side) in [("Base", &self.base), ("New", &self.new)] {
             if let Some(worst) = &side.worst {
-                let _ = writeln!(
-                    out,
-                    "**{name}'s worst {}:** {}, {} (trace `{}`)  ",
-                    worst.phase,
-                    span_place(worst),
-                    human(worst.peak),
-                    worst.trace_id
-                );
+                let worst_span = worst_text(worst, "`");
+                let _ = writeln!(out, "**{name}'s worst {}:** {worst_span}  ", worst.phase);
             }
         }
         for (name, unmatched) in [("base", &self.only_base), ("new run", &self.only_new)] {
@@ -162,13 +156,8 @@ impl Diff {
         let mut lines = Vec::new();
         for (name, side) in [("base", &self.base), ("new", &self.new)] {
             if let Some(worst) = &side.worst {
-                lines.push(format!(
-                    "worst {} in {name}: {}, {} (trace {})",
-                    worst.phase,
-                    span_place(worst),
-                    human(worst.peak),
-                    worst.trace_id
-                ));
+                let worst_span = worst_text(worst, "");
+                lines.push(format!("worst {} in {name}: {worst_span}", worst.phase));
             }
         }
         for (name, unmatched) in [("base", &self.only_base), ("new", &self.only_new)] {
@@ -317,6 +306,12 @@ fn span_place(span: &SpanRef) -> String {
         Some(rank) => format!("rank {rank} {}", span.place()),
         None => span.place().to_string(),
     }
+}
+
+/// `epoch 0 step 3, 2.0 GiB (trace 0af7...)`, the trace id between two `quote`s.
+fn worst_text(worst: &SpanRef, quote: &str) -> String {
+    let (place, peak) = (span_place(worst), human(worst.peak));
+    format!("{place}, {peak} (trace {quote}{}{quote})", worst.trace_id)
 }
 
 /// `step: 2 spans: epoch 0 step 3, epoch 0 step 5`; past five, the first and the last.

@@ -76,13 +76,12 @@ fn recorder_with(write: impl Fn(&Job) -> std::io::Result<()> + Send + Sync + 'st
             write(job)
         }),
     };
-    let recorder = Recorder::start_with(
+    let recorder = Recorder::start(
         0.95,
         Duration::from_secs(10),
         run_dir.clone(),
         Arc::default(),
         Arc::default(),
-        Some(board),
         writer,
     )
     .expect("the writer starts");

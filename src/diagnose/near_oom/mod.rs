@@ -30,7 +30,8 @@ mod ring;
 
 use finding::fullness;
 pub use oom::record_oom;
-use queue::{write_batches, Batch, Queue, Writer};
+pub(crate) use queue::Writer;
+use queue::{write_batches, Batch, Queue};
 use ring::Ring;
 
 use super::counts::Counts;
@@ -76,31 +77,17 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    /// Starts the file-writing thread and registers the recorder for [`record_oom`].
+    /// Starts the file-writing thread with `writer` (whose board is where a finding tells
+    /// the other ranks, in a job of several) and registers the recorder for [`record_oom`].
     pub(crate) fn start(
         threshold: f64,
         window: Duration,
         run_dir: PathBuf,
         open_spans: Arc<OpenSpans>,
         counts: Arc<Counts>,
-        board: Option<Board>,
-    ) -> std::io::Result<Arc<Self>> {
-        let writer = Writer::new(board.clone());
-        Self::start_with(
-            threshold, window, run_dir, open_spans, counts, board, writer,
-        )
-    }
-
-    /// [`start`](Self::start), with the writer given.
-    fn start_with(
-        threshold: f64,
-        window: Duration,
-        run_dir: PathBuf,
-        open_spans: Arc<OpenSpans>,
-        counts: Arc<Counts>,
-        board: Option<Board>,
         writer: Writer,
     ) -> std::io::Result<Arc<Self>> {
+        let board = writer.board.clone();
         let queue = Arc::new(Queue::default());
         let writer = Arc::new(writer);
         let (waiting, writing, dir) = (Arc::clone(&queue), Arc::clone(&writer), run_dir.clone());
@@ -304,7 +291,7 @@ mod tests {
             dir.path().to_path_buf(),
             Arc::default(),
             Arc::default(),
-            None,
+            Writer::new(None),
         )
         .expect("the writer starts");
         let job = Job {

@@ -36,7 +36,7 @@ pub(super) struct Batch {
 pub(super) type WriteFile = Arc<dyn Fn(&Job) -> std::io::Result<()> + Send + Sync>;
 
 /// Writes batches: the alarm, then the files, each with its line on stderr.
-pub(super) struct Writer {
+pub(crate) struct Writer {
     pub(super) board: Option<Board>,
     pub(super) write: WriteFile,
 }
@@ -51,7 +51,7 @@ impl std::fmt::Debug for Writer {
 
 impl Writer {
     /// The writer of real files.
-    pub(super) fn new(board: Option<Board>) -> Self {
+    pub(crate) fn new(board: Option<Board>) -> Self {
         Self {
             board,
             write: Arc::new(write_job),

@@ -292,12 +292,8 @@ impl MemorySource for DrmSource {
             let card = &self.cards[i];
             match (card.driver, &card.partition, &card.kfd) {
                 (Driver::Amdgpu, Some(_), Some(node)) => {
-                    if !card.dir.join("uevent").exists() {
-                        reading.error = Some(format!(
-                            "the GPU at {} is gone ({} is not there)",
-                            card.pdev,
-                            card.dir.display()
-                        ));
+                    if let Some(error) = gone(card) {
+                        reading.error = Some(error);
                         continue;
                     }
                     // A partition's memory is what the ROCm processes hold on it.
@@ -334,12 +330,8 @@ impl MemorySource for DrmSource {
                     reading.process_used = kfd.or_else(|| usage.own_device(&card.pdev));
                 }
                 (Driver::Xe | Driver::I915, _, _) => {
-                    if !card.dir.join("uevent").exists() {
-                        reading.error = Some(format!(
-                            "the GPU at {} is gone ({} is not there)",
-                            card.pdev,
-                            card.dir.display()
-                        ));
+                    if let Some(error) = gone(card) {
+                        reading.error = Some(error);
                         continue;
                     }
                     reading.used = usage.all_device(&card.pdev).or_else(|| {
@@ -410,6 +402,17 @@ fn energy_scope(cards: &[Card], hwmon: &[Option<hwmon::Hwmon>]) -> Option<&'stat
 }
 
 /// A device file that cannot be read, as a reading's error.
+/// Why a card gives no reading when its device has left the machine (unplugged, unbound).
+fn gone(card: &Card) -> Option<String> {
+    (!card.dir.join("uevent").exists()).then(|| {
+        format!(
+            "the GPU at {} is gone ({} is not there)",
+            card.pdev,
+            card.dir.display()
+        )
+    })
+}
+
 fn lost(why: &Missing, path: &Path) -> String {
     match why {
         Missing::Absent => format!(

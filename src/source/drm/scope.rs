@@ -3,7 +3,7 @@
 //! what ROCr left; `ZE_AFFINITY_MASK`), or `GPUSPAN_DEVICES` over gpuspan's own numbering,
 //! then a rank's own device (`LOCAL_RANK`) of those.
 
-use crate::source::scope::{ambiguous, AmbiguousDevice};
+use crate::source::scope::{ambiguous, parse_list, upper_prefix, AmbiguousDevice, ListEntry};
 use crate::source::{Device, DeviceScope, DeviceScopeError};
 
 /// The AMD and Intel devices a run measures.
@@ -23,37 +23,14 @@ pub(crate) struct DrmScope {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Visible(Vec<Entry>);
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Entry {
-    Position(usize),
-    Uuid(String),
-}
+type Entry = ListEntry<usize>;
 
 impl Visible {
     /// A comma-separated list of positions and `GPU-...` UUIDs (ROCr, HIP, CUDA). An empty
     /// list or `-1` leaves no device, as the runtimes do.
     pub(crate) fn parse(list: &str) -> Result<Self, DeviceScopeError> {
-        let mut entries = Vec::new();
-        for raw in list.split(',') {
-            let entry = raw.trim();
-            if entry.is_empty() {
-                continue;
-            }
-            if entry == "-1" {
-                break;
-            }
-            if let Ok(position) = entry.parse() {
-                entries.push(Entry::Position(position));
-            } else if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
-                // A MIG UUID (CUDA's, on a machine with both kinds) matches no AMD device.
-                entries.push(Entry::Uuid(entry.to_ascii_lowercase()));
-            } else {
-                return Err(DeviceScopeError {
-                    entry: entry.to_owned(),
-                });
-            }
-        }
-        Ok(Self(entries))
+        // A MIG UUID (CUDA's, on a machine with both kinds) matches no AMD device.
+        parse_list(list).map(Self)
     }
 
     /// `ZE_AFFINITY_MASK`: `device` or `device.sub-device` entries; a sub-device keeps
@@ -70,8 +47,8 @@ impl Visible {
             // `0.abc` or `0.` is no sub-device: refused as `abc` would be, not taken as `0`.
             let sub_devices = parts.all(|p| p.parse::<usize>().is_ok());
             match (device, sub_devices) {
-                (Some(position), true) if !entries.contains(&Entry::Position(position)) => {
-                    entries.push(Entry::Position(position));
+                (Some(position), true) if !entries.contains(&Entry::Number(position)) => {
+                    entries.push(Entry::Number(position));
                 }
                 (Some(_), true) => {}
                 _ => {
@@ -88,7 +65,7 @@ impl Visible {
     fn ambiguity(&self, uuids: &[String]) -> Option<AmbiguousDevice> {
         self.0.iter().find_map(|entry| match entry {
             Entry::Uuid(prefix) => ambiguous(prefix, uuids.iter().map(String::as_str)),
-            Entry::Position(_) => None,
+            Entry::Number(_) => None,
         })
     }
 
@@ -96,17 +73,16 @@ impl Visible {
     /// at `position` of the last: a `GPU-...` UUID as written, else its position in the
     /// first list's numbering (every device's); `None` past the end of a list.
     pub(crate) fn entry_through(lists: &[Visible], position: usize) -> Option<String> {
-        let mut entry = Entry::Position(position);
+        let mut entry = Entry::Number(position);
         for list in lists.iter().rev() {
             match entry {
-                Entry::Position(p) => entry = list.0.get(p)?.clone(),
+                Entry::Number(p) => entry = list.0.get(p)?.clone(),
                 Entry::Uuid(_) => break,
             }
         }
         Some(match entry {
-            Entry::Position(p) => p.to_string(),
-            // Kept in lower case; the prefix is read in upper case.
-            Entry::Uuid(uuid) => format!("{}{}", uuid[..4].to_ascii_uppercase(), &uuid[4..]),
+            Entry::Number(p) => p.to_string(),
+            Entry::Uuid(uuid) => upper_prefix(&uuid),
         })
     }
 
@@ -116,7 +92,7 @@ impl Visible {
         let mut kept: Vec<T> = Vec::new();
         for entry in &self.0 {
             let found = match entry {
-                Entry::Position(p) => devices.get(*p),
+                Entry::Number(p) => devices.get(*p),
                 Entry::Uuid(prefix) => devices
                     .iter()
                     .find(|d| uuid(d).to_ascii_lowercase().starts_with(prefix.as_str())),
