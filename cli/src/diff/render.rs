@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::align::{Device, RowKey, Series};
-use super::compare::{FigureChange, SpanRef, Unmatched};
+use super::compare::{FigureChange, Row, SpanRef, Unmatched};
 use super::Diff;
 use gpuspan::runlog::bytes::{human, signed};
 use gpuspan::runlog::energy::{joules, signed_joules};
@@ -18,14 +18,7 @@ impl Diff {
         let mut grid = vec![header(ranked)];
         for row in &self.rows {
             for figure in &row.figures {
-                grid.push(cells(
-                    ranked,
-                    row.rank.as_deref(),
-                    &row.phase,
-                    row.device,
-                    row.compared,
-                    figure,
-                ));
+                grid.push(cells(ranked, row, figure));
             }
         }
         let left = if ranked { 3 } else { 2 };
@@ -61,14 +54,7 @@ impl Diff {
         let _ = writeln!(out, "|{}|", align.join("|"));
         for row in &self.rows {
             for figure in &row.figures {
-                let mut cells = cells(
-                    ranked,
-                    row.rank.as_deref(),
-                    &row.phase,
-                    row.device,
-                    row.compared,
-                    figure,
-                );
+                let mut cells = cells(ranked, row, figure);
                 if figure.past_limit {
                     for cell in cells.iter_mut().rev().take(2) {
                         *cell = format!("**{cell}**");
@@ -116,14 +102,7 @@ impl Diff {
                     ""
                 };
                 out.push_str("<tr>");
-                for cell in cells(
-                    ranked,
-                    row.rank.as_deref(),
-                    &row.phase,
-                    row.device,
-                    row.compared,
-                    figure,
-                ) {
+                for cell in cells(ranked, row, figure) {
                     let _ = write!(out, "<td{style}>{}</td>", escape(&cell));
                 }
                 out.push_str("</tr>\n");
@@ -204,17 +183,10 @@ fn header(ranked: bool) -> Vec<String> {
     head.into_iter().map(str::to_owned).collect()
 }
 
-fn cells(
-    ranked: bool,
-    rank: Option<&str>,
-    phase: &str,
-    device: Device,
-    compared: usize,
-    figure: &FigureChange,
-) -> Vec<String> {
+fn cells(ranked: bool, row: &Row, figure: &FigureChange) -> Vec<String> {
     let mut cells = Vec::new();
     if ranked {
-        cells.push(rank.unwrap_or("-").to_owned());
+        cells.push(row.rank.as_deref().unwrap_or("-").to_owned());
     }
     let value = |v: Option<i64>| match v {
         None => "-".to_owned(),
@@ -223,9 +195,9 @@ fn cells(
         Some(v) => v.to_string(),
     };
     cells.extend([
-        phase.to_owned(),
-        device.to_string(),
-        compared.to_string(),
+        row.phase.clone(),
+        row.device.to_string(),
+        row.compared.to_string(),
         figure.figure.name().to_owned(),
         value(figure.base),
         value(figure.new),
