@@ -202,7 +202,7 @@ fn install(state: &mut State) -> io::Result<()> {
 /// Installs gpuspan's handler for `signal`, noting what it replaces, unless the signal is
 /// ignored.
 fn take_over(signal: c_int, previous: &mut Vec<(c_int, Disposition)>) -> io::Result<()> {
-    let current = query(signal)?;
+    let current = disposition_of(signal).ok_or_else(io::Error::last_os_error)?;
     if current.sa_sigaction == libc::SIG_IGN {
         return Ok(());
     }
@@ -227,7 +227,7 @@ fn take_over(signal: c_int, previous: &mut Vec<(c_int, Disposition)>) -> io::Res
 /// gpuspan's since (theirs stays).
 fn restore(state: &mut State) {
     for (signal, Disposition(previous)) in state.previous.drain(..) {
-        if query(signal).is_ok_and(|now| now.sa_sigaction == handler_address()) {
+        if ours(signal) {
             // SAFETY: `previous` is what the kernel gave us for this signal.
             unsafe { libc::sigaction(signal, &previous, std::ptr::null_mut()) };
         }
@@ -238,12 +238,9 @@ fn restore(state: &mut State) {
 /// default action back. Async-signal-safe.
 pub(crate) fn default_in_child() {
     for signal in SIGNALS {
-        // SAFETY: zeroed sigactions are valid; sigaction is async-signal-safe.
-        unsafe {
-            let mut now: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(signal, std::ptr::null(), &mut now) == 0
-                && now.sa_sigaction == handler_address()
-            {
+        if ours(signal) {
+            // SAFETY: a zeroed sigaction is valid; sigaction is async-signal-safe.
+            unsafe {
                 let mut default: libc::sigaction = std::mem::zeroed();
                 default.sa_sigaction = libc::SIG_DFL;
                 libc::sigemptyset(&mut default.sa_mask);
@@ -276,15 +273,20 @@ fn wake(byte: u8) {
     }
 }
 
-fn query(signal: c_int) -> io::Result<libc::sigaction> {
-    // SAFETY: a zeroed sigaction is a valid out parameter; a null new action only reads.
+/// What `signal` does now; `None` when the kernel refuses to say. Async-signal-safe.
+fn disposition_of(signal: c_int) -> Option<libc::sigaction> {
+    let mut now = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: a null new action only reads, into a valid out parameter; on success the
+    // kernel has filled it in.
     unsafe {
-        let mut current: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(current)
+        (libc::sigaction(signal, std::ptr::null(), now.as_mut_ptr()) == 0)
+            .then(|| now.assume_init())
     }
+}
+
+/// Whether gpuspan's handler is the one installed for `signal`. Async-signal-safe.
+fn ours(signal: c_int) -> bool {
+    disposition_of(signal).is_some_and(|now| now.sa_sigaction == handler_address())
 }
 
 fn handler_address() -> libc::sighandler_t {
