@@ -26,10 +26,9 @@
 #[path = "common/mod.rs"]
 mod common;
 use gpuspan_test_support::fake_nvml::FakeNvml;
+use gpuspan_test_support::idle_ticker::IdleTicker;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpuspan::settings::Exporter;
@@ -102,33 +101,15 @@ fn write_machine(root: &Path) {
     }
 }
 
-/// A thread that keeps the sampler's schedule and does nothing else.
+/// A thread that keeps the sampler's schedule and does nothing else: its share of a core.
 fn idle_share(window: Duration) -> f64 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    let handle = std::thread::Builder::new()
-        .name(IDLE.into())
-        .spawn(move || {
-            let mut next = Instant::now() + INTERVAL;
-            while !flag.load(Ordering::Relaxed) {
-                let now = Instant::now();
-                if now < next {
-                    std::thread::park_timeout(next - now);
-                    continue;
-                }
-                next += INTERVAL;
-                next = next.max(Instant::now());
-            }
-        })
-        .expect("spawn the idle ticker");
+    let ticker = IdleTicker::start(IDLE, INTERVAL);
     std::thread::sleep(Duration::from_millis(50));
     let cpu0 = common::threads_cpu(IDLE);
     let t0 = Instant::now();
     std::thread::sleep(window);
     let share = (common::threads_cpu(IDLE) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    handle.thread().unpark();
-    handle.join().expect("idle ticker");
+    drop(ticker);
     share
 }
 

@@ -297,7 +297,9 @@ mod tests {
             .collect()
     }
 
-    fn span(name: &'static str, attributes: Vec<KeyValue>) -> SpanData {
+    /// A span as the exporter gets it, named `name` with `attributes`; its read-back tests
+    /// use it too.
+    pub(super) fn span(name: &'static str, attributes: Vec<KeyValue>) -> SpanData {
         SpanData {
             span_context: SpanContext::new(
                 TraceId::from(3_u128),

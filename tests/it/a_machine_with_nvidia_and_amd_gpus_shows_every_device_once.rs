@@ -5,14 +5,38 @@
 
 use gpuspan_test_support as support;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gpuspan::Builder;
 use support::fake_nvml::{FakeNvml, MIB};
 use support::receiver::Receiver;
 use support::sampling::{self, triple, wait_for_lists, wait_for_ticks};
 use support::setup;
 
 const PDEV: &str = "0000:83:00.0";
+
+/// Writes an amdgpu card as DRM card `card` under `root/sys`; returns its device directory.
+fn amd_card(root: &Path, card: u32) -> PathBuf {
+    let device = root.join(format!("sys/class/drm/card{card}/device"));
+    std::fs::create_dir_all(&device).unwrap();
+    std::fs::write(
+        device.join("uevent"),
+        format!("DRIVER=amdgpu\nPCI_SLOT_NAME={PDEV}\n"),
+    )
+    .unwrap();
+    device
+}
+
+/// A builder reading NVML through `fake` and the machine written under `root`, for the
+/// devices `devices`.
+fn builder(receiver: &Receiver, fake: &FakeNvml, root: &Path, devices: &str) -> Builder {
+    setup::to_receiver(receiver)
+        .nvml_lib(fake.path())
+        .devices(devices)
+        .sysfs_root(root.join("sys"))
+        .procfs_root(root.join("proc"))
+}
 
 #[test]
 fn nvidia_devices_stay_on_nvml_and_amd_devices_come_after_them() {
@@ -21,13 +45,7 @@ fn nvidia_devices_stay_on_nvml_and_amd_devices_come_after_them() {
     fake.set_processes(0, &[(std::process::id(), 700 * MIB)]);
 
     let root = tempfile::tempdir().unwrap();
-    let device = root.path().join("sys/class/drm/card1/device");
-    std::fs::create_dir_all(&device).unwrap();
-    std::fs::write(
-        device.join("uevent"),
-        format!("DRIVER=amdgpu\nPCI_SLOT_NAME={PDEV}\n"),
-    )
-    .unwrap();
+    let device = amd_card(root.path(), 1);
     std::fs::write(device.join("unique_id"), "7b1d0e6f5a4c3b21\n").unwrap();
     std::fs::write(
         device.join("mem_info_vram_used"),
@@ -54,12 +72,8 @@ fn nvidia_devices_stay_on_nvml_and_amd_devices_come_after_them() {
     .unwrap();
 
     let receiver = Receiver::start_grpc();
-    let builder = setup::to_receiver(&receiver)
-        .nvml_lib(fake.path())
-        .devices("0,1")
-        .sysfs_root(root.path().join("sys"))
-        .procfs_root(root.path().join("proc"))
-        .sample_interval(Duration::from_millis(2));
+    let builder =
+        builder(&receiver, &fake, root.path(), "0,1").sample_interval(Duration::from_millis(2));
     let (telemetry, ()) = sampling::run(builder, |telemetry| {
         assert_eq!(telemetry.memory_source(), Some("nvml+amdgpu-sysfs"));
         let devices = telemetry.devices();
@@ -105,25 +119,16 @@ fn the_spans_carry_the_energy_both_gpus_drew() {
     let fake = FakeNvml::build();
     fake.set_power(0, 200_000);
     let root = tempfile::tempdir().unwrap();
-    let device = root.path().join("sys/class/drm/card1/device");
+    let device = amd_card(root.path(), 1);
     let hwmon = device.join("hwmon/hwmon2");
     std::fs::create_dir_all(&hwmon).unwrap();
-    std::fs::write(
-        device.join("uevent"),
-        format!("DRIVER=amdgpu\nPCI_SLOT_NAME={PDEV}\n"),
-    )
-    .unwrap();
     std::fs::write(device.join("mem_info_vram_used"), "4096\n").unwrap();
     // 100 W: amdgpu gives the power only, so the sum is estimated from the powers.
     std::fs::write(hwmon.join("power1_average"), "100000000\n").unwrap();
 
     let receiver = Receiver::start_grpc();
-    let builder = setup::to_receiver(&receiver)
-        .nvml_lib(fake.path())
-        .devices("0,1")
-        .sysfs_root(root.path().join("sys"))
-        .procfs_root(root.path().join("proc"))
-        .sample_interval(Duration::from_millis(2));
+    let builder =
+        builder(&receiver, &fake, root.path(), "0,1").sample_interval(Duration::from_millis(2));
     let (telemetry, ()) = sampling::run(builder, |_| {
         wait_for_ticks(&fake, 1, 30);
         let _step = gpuspan::step_span!(0);
@@ -149,21 +154,11 @@ fn gpuspan_devices_numbers_amd_devices_after_every_nvidia_gpu() {
     let fake = FakeNvml::build();
     fake.set_device_count(2);
     let root = tempfile::tempdir().unwrap();
-    let device = root.path().join("sys/class/drm/card2/device");
-    std::fs::create_dir_all(&device).unwrap();
-    std::fs::write(
-        device.join("uevent"),
-        format!("DRIVER=amdgpu\nPCI_SLOT_NAME={PDEV}\n"),
-    )
-    .unwrap();
+    let device = amd_card(root.path(), 2);
     std::fs::write(device.join("mem_info_vram_used"), "4096\n").unwrap();
 
     let receiver = Receiver::start_grpc();
-    let builder = setup::to_receiver(&receiver)
-        .nvml_lib(fake.path())
-        .devices("2")
-        .sysfs_root(root.path().join("sys"))
-        .procfs_root(root.path().join("proc"));
+    let builder = builder(&receiver, &fake, root.path(), "2");
     let (telemetry, ()) = sampling::run(builder, |telemetry| {
         let devices = telemetry.devices();
         let seen: Vec<_> = devices

@@ -7,21 +7,13 @@ use gpuspan_test_support as support;
 
 use std::time::Duration;
 
-use support::receiver::{Protocol, Receiver};
-use support::signalled::{killed_by, Program};
+use support::receiver::Receiver;
+use support::signalled::{assert_the_first_two_epochs_arrived, killed_by, Program};
 
 #[test]
 fn the_spans_completed_before_the_signal_arrive() {
-    let receiver = Receiver::start(Protocol::Grpc);
-    let endpoint = receiver.endpoint();
-    let mut program = Program::start(
-        "exit-in-handler",
-        &[],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-        ],
-    );
+    let receiver = Receiver::start_grpc();
+    let mut program = Program::start_exporting_to(&receiver, "exit-in-handler", &[], &[]);
     // Spans go out in batches every half second and metrics every minute: two epochs take
     // a tenth of a second, so without the flush they would still be queued.
     program.wait_for_line("epoch 1 done", Duration::from_secs(30));
@@ -41,16 +33,7 @@ fn the_spans_completed_before_the_signal_arrive() {
         Some(3),
         "the handler's exit status; stderr:\n{stderr}"
     );
-    let epochs: Vec<i64> = receiver
-        .spans_named("epoch")
-        .iter()
-        .filter_map(|span| span.int_attr("ml.epoch"))
-        .collect();
-    assert!(
-        epochs.contains(&0) && epochs.contains(&1),
-        "epochs 0 and 1 were completed before the signal; received {epochs:?}; stderr:\n{stderr}"
-    );
-    assert!(receiver.spans_named("step").len() >= 10);
+    assert_the_first_two_epochs_arrived(&receiver, &stderr);
     assert!(
         !receiver.points_named("process.memory.usage").is_empty(),
         "the metrics were not flushed before the exit"

@@ -16,20 +16,12 @@ const STEPS: i64 = 5;
 
 fn returns_from_main_during_the_flush(protocol: Protocol) {
     let receiver = Receiver::start(protocol);
-    let endpoint = receiver.endpoint();
-    let protocol_name = match protocol {
-        Protocol::Grpc => "grpc",
-        Protocol::Http => "http/protobuf",
-    };
-    let mut program = Program::start(
+    let mut program = Program::start_exporting_to(
+        &receiver,
         "sigaction-before",
         &["--return-from-main"],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol_name),
-            // Far longer than the test allows: a shutdown that waited out a bound fails.
-            ("OTEL_EXPORTER_OTLP_TIMEOUT", "30000"),
-        ],
+        // Far longer than the test allows: a shutdown that waited out a bound fails.
+        &[("OTEL_EXPORTER_OTLP_TIMEOUT", "30000")],
     );
     program.wait_for_line("epoch 1 done", Duration::from_secs(30));
     // Every request now takes 700 ms to be answered: the signal's flush is still running

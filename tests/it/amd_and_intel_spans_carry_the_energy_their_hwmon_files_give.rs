@@ -10,13 +10,10 @@ use gpuspan_test_support as support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpuspan::Telemetry;
+use support::cadence::{settle, SETTLE};
 use support::receiver::{ReceivedSpan, Receiver};
+use support::sampling::step_span;
 use support::setup;
-
-/// How long the test waits after writing a file before it counts on the sampler having
-/// read it: several of the sampler's 20 ms power reads.
-const SETTLE: Duration = Duration::from_millis(120);
 
 /// A machine with one GPU whose hwmon directory the test writes.
 struct Machine {
@@ -89,10 +86,7 @@ impl Machine {
     }
 
     fn builder(&self, receiver: &Receiver) -> gpuspan::Builder {
-        setup::to_receiver(receiver)
-            .sysfs_root(self.sysfs())
-            .procfs_root(self.root.path().join("proc"))
-            .sample_interval(Duration::from_millis(2))
+        setup::on_written_machine(receiver, self.root.path())
     }
 }
 
@@ -103,24 +97,23 @@ fn replace(path: &Path, text: &str) {
     std::fs::rename(&aside, path).unwrap();
 }
 
-/// Sleeps `time`, then says whether the sampler kept its cadence meanwhile (no gap of a
-/// power read's worth beyond it): a run where it did not is too busy a machine to judge.
-fn settle(telemetry: &Telemetry, time: Duration) -> bool {
-    let before = telemetry.sampler_stats().expect("a sampler").max_gap;
-    std::thread::sleep(time);
-    let after = telemetry.sampler_stats().expect("a sampler").max_gap;
-    after == before || after < time / 2
+/// Asserts that a span has no energy figure, nor a power figure made of it.
+fn assert_no_energy(span: &ReceivedSpan, why: &str) {
+    assert_eq!(span.double_attr("gpu.energy"), None, "{why}");
+    assert_eq!(span.double_attr("gpu.power.avg"), None, "{why}");
 }
 
 fn duration(span: &ReceivedSpan) -> Duration {
     Duration::from_nanos(span.end_time_unix_nano - span.start_time_unix_nano)
 }
 
-fn step(steps: &[ReceivedSpan], n: i64) -> &ReceivedSpan {
-    steps
-        .iter()
-        .find(|s| s.int_attr("ml.step") == Some(n))
-        .expect("every step is exported")
+/// Asserts that the sampler kept its cadence through enough of the steps (`judged`) to
+/// judge them.
+fn assert_enough_judged<T: std::fmt::Debug>(judged: &[T]) {
+    assert!(
+        judged.len() >= 2,
+        "the sampler fell behind in most runs: too busy a machine to judge ({judged:?})"
+    );
 }
 
 #[test]
@@ -154,14 +147,11 @@ fn an_intel_span_carries_exactly_what_energy1_input_moved_by() {
     });
     telemetry.shutdown().expect("clean shutdown");
 
-    assert!(
-        judged.len() >= 2,
-        "the sampler fell behind in most runs: too busy a machine to judge ({judged:?})"
-    );
+    assert_enough_judged(&judged);
     let steps = receiver.spans_named("step");
     assert_eq!(steps.len(), moves.len());
     for (n, microjoules) in judged {
-        let span = step(&steps, n);
+        let span = step_span(&steps, n);
         let joules = microjoules as f64 / 1e6;
         assert_eq!(span.double_attr("gpu.energy"), Some(joules), "step {n}");
         assert_eq!(span.bool_attr("gpu.energy.estimated"), None, "step {n}");
@@ -202,16 +192,11 @@ fn a_counter_that_went_back_gives_the_span_open_across_it_no_energy() {
     telemetry.shutdown().expect("clean shutdown");
 
     let steps = receiver.spans_named("step");
-    let across = step(&steps, 0);
-    assert_eq!(
-        across.double_attr("gpu.energy"),
-        None,
-        "never zero, never negative"
-    );
-    assert_eq!(across.double_attr("gpu.power.avg"), None);
+    let across = step_span(&steps, 0);
+    assert_no_energy(across, "never zero, never negative");
     assert_eq!(across.double_attr("gpu.energy.per_sample"), None);
     if on_time {
-        assert_eq!(step(&steps, 1).double_attr("gpu.energy"), Some(2.0));
+        assert_eq!(step_span(&steps, 1).double_attr("gpu.energy"), Some(2.0));
     } else {
         eprintln!("the sampler fell behind: the step after the reset is not judged");
     }
@@ -247,13 +232,10 @@ fn an_amd_span_takes_the_integral_of_power1_average_within_5_percent_and_says_so
     });
     telemetry.shutdown().expect("clean shutdown");
 
-    assert!(
-        judged.len() >= 2,
-        "the sampler fell behind in most runs: too busy a machine to judge ({judged:?})"
-    );
+    assert_enough_judged(&judged);
     let steps = receiver.spans_named("step");
     for (n, scripted) in judged {
-        let span = step(&steps, n);
+        let span = step_span(&steps, n);
         let energy = span.double_attr("gpu.energy").expect("an estimate");
         assert_eq!(span.bool_attr("gpu.energy.estimated"), Some(true));
         assert_eq!(span.str_attr("gpu.energy.scope"), None, "a discrete GPU");
@@ -276,7 +258,7 @@ fn an_apu_s_spans_say_their_energy_includes_the_cpu() {
     telemetry.shutdown().expect("clean shutdown");
 
     let steps = receiver.spans_named("step");
-    let span = step(&steps, 0);
+    let span = step_span(&steps, 0);
     assert_eq!(span.str_attr("gpu.energy.scope"), Some("socket"));
     assert_eq!(span.bool_attr("gpu.energy.estimated"), Some(true));
     let energy = span.double_attr("gpu.energy").expect("an estimate");
@@ -304,11 +286,8 @@ fn a_span_shorter_than_the_power_interval_gets_no_energy_rather_than_zero() {
     telemetry.shutdown().expect("clean shutdown");
 
     let steps = receiver.spans_named("step");
-    let span = step(&steps, 0);
-    assert_eq!(
-        span.double_attr("gpu.energy"),
-        None,
-        "the counter was not read while the step ran: its energy is unknown, not zero"
+    assert_no_energy(
+        step_span(&steps, 0),
+        "the counter was not read while the step ran: its energy is unknown, not zero",
     );
-    assert_eq!(span.double_attr("gpu.power.avg"), None);
 }

@@ -7,14 +7,11 @@
 use gpuspan_test_support as support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use gpuspan::Telemetry;
+use support::cadence::{settle, SETTLE};
 use support::receiver::Receiver;
 use support::setup;
-
-/// Several of the sampler's 20 ms power reads.
-const SETTLE: Duration = Duration::from_millis(120);
+use support::throttle::{run_six_steps, POWER_AND_THERMAL_THROUGH_STEPS_2_AND_3};
 
 /// `sizeof(struct gpu_metrics_v1_3)`, and where its fields read here are: a header
 /// (`structure_size` u16, `format_revision` u8, `content_revision` u8), then temperatures,
@@ -66,71 +63,24 @@ fn set(metrics: &Path, bits: u64, mhz: u16) {
     replace(metrics, &table);
 }
 
-/// Sleeps `time`; whether the sampler kept its cadence meanwhile.
-fn settle(telemetry: &Telemetry, time: Duration) -> bool {
-    let before = telemetry.sampler_stats().expect("a sampler").max_gap;
-    std::thread::sleep(time);
-    let after = telemetry.sampler_stats().expect("a sampler").max_gap;
-    after == before || after < time / 2
-}
-
 #[test]
 fn steps_2_and_3_and_only_they_carry_the_power_limit_and_thermal_reasons() {
     let root = tempfile::tempdir().unwrap();
     let metrics = amd_machine(root.path());
     set(&metrics, 0, 2400);
-    let throttled = 2..=3;
     let receiver = Receiver::start_grpc();
-    let builder = setup::to_receiver(&receiver)
-        .sysfs_root(root.path().join("sys"))
-        .procfs_root(root.path().join("proc"))
-        .sample_interval(Duration::from_millis(2));
-    let (telemetry, on_time) = setup::run(builder, |telemetry| {
-        assert_eq!(telemetry.memory_source(), Some("amdgpu-sysfs"));
-        let mut on_time = Vec::new();
-        for step in 0..6i64 {
-            if throttled.contains(&step) {
-                set(&metrics, PPT0 | TEMP_HOTSPOT, 1100 + step as u16);
-            } else {
-                set(&metrics, 0, 2400);
-            }
-            // A reading of the new state is the latest as the step opens.
-            let mut kept = settle(telemetry, SETTLE);
-            let _step = gpuspan::step_span!(step);
-            kept &= settle(telemetry, SETTLE);
-            on_time.push(kept);
-        }
-        on_time
-    });
-    telemetry.shutdown().expect("clean shutdown");
-
-    let steps = receiver.spans_named("step");
-    assert_eq!(steps.len(), 6);
-    let judged = on_time.iter().filter(|&&kept| kept).count();
-    assert!(judged >= 4, "too busy a machine to judge: {on_time:?}");
-    for span in &steps {
-        let step = span.int_attr("ml.step").unwrap();
-        if !on_time[step as usize] {
-            eprintln!("step {step}: the sampler fell behind: not judged");
-            continue;
-        }
-        let events = span.events_named("gpu.throttled");
-        if throttled.contains(&step) {
-            assert_eq!(
-                span.strs_attr("gpu.throttle.reasons"),
-                Some(vec!["sw_power_cap", "sw_thermal_slowdown"]),
-                "step {step}"
-            );
-            assert_eq!(span.double_attr("gpu.throttle.share"), Some(1.0));
-            assert_eq!(span.int_attr("gpu.clock.sm.min"), Some(1100 + step));
-            assert_eq!(events.len(), 1, "step {step}");
-        } else {
-            assert_eq!(span.strs_attr("gpu.throttle.reasons"), None, "step {step}");
-            assert_eq!(span.double_attr("gpu.throttle.share"), Some(0.0));
-            assert_eq!(span.int_attr("gpu.clock.sm.min"), Some(2400));
-            assert!(events.is_empty(), "step {step}");
-        }
-    }
+    let builder = setup::on_written_machine(&receiver, root.path());
+    let throttling = &POWER_AND_THERMAL_THROUGH_STEPS_2_AND_3;
+    run_six_steps(
+        builder,
+        &receiver,
+        "amdgpu-sysfs",
+        throttling,
+        |held, mhz| {
+            let bits = if held { PPT0 | TEMP_HOTSPOT } else { 0 };
+            set(&metrics, bits, mhz as u16);
+        },
+    );
 }
 
 #[test]
@@ -143,10 +93,7 @@ fn a_table_of_a_revision_not_known_gives_no_reasons_rather_than_wrong_ones() {
     table[3] = 9;
     replace(&metrics, &table);
     let receiver = Receiver::start_grpc();
-    let builder = setup::to_receiver(&receiver)
-        .sysfs_root(root.path().join("sys"))
-        .procfs_root(root.path().join("proc"))
-        .sample_interval(Duration::from_millis(2));
+    let builder = setup::on_written_machine(&receiver, root.path());
     let (telemetry, ()) = setup::run(builder, |telemetry| {
         settle(telemetry, SETTLE);
         let _step = gpuspan::step_span!(0);

@@ -6,14 +6,12 @@
 use gpuspan_test_support as support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use gpuspan::Telemetry;
+use support::cadence::{settle, SETTLE};
 use support::receiver::Receiver;
+use support::sampling::step_span;
 use support::setup;
-
-/// Several of the sampler's 20 ms power reads.
-const SETTLE: Duration = Duration::from_millis(120);
+use support::throttle::{run_six_steps, POWER_AND_THERMAL_THROUGH_STEPS_2_AND_3};
 
 /// Writes aside and renames, so a read never sees half a file.
 fn replace(path: &Path, text: &str) {
@@ -63,70 +61,18 @@ fn set(freq: &Path, reasons: &[&str], mhz: u64) {
     replace(&freq.join("act_freq"), &format!("{mhz}\n"));
 }
 
-/// Sleeps `time`; whether the sampler kept its cadence meanwhile.
-fn settle(telemetry: &Telemetry, time: Duration) -> bool {
-    let before = telemetry.sampler_stats().expect("a sampler").max_gap;
-    std::thread::sleep(time);
-    let after = telemetry.sampler_stats().expect("a sampler").max_gap;
-    after == before || after < time / 2
-}
-
 #[test]
 fn steps_2_and_3_and_only_they_carry_the_power_limit_and_thermal_reasons() {
     let root = tempfile::tempdir().unwrap();
     let freq = xe_machine(root.path());
     set(&freq, &[], 2400);
-    let throttled = 2..=3;
     let receiver = Receiver::start_grpc();
-    let builder = setup::to_receiver(&receiver)
-        .sysfs_root(root.path().join("sys"))
-        .procfs_root(root.path().join("proc"))
-        .sample_interval(Duration::from_millis(2));
-    let (telemetry, on_time) = setup::run(builder, |telemetry| {
-        let mut on_time = Vec::new();
-        for step in 0..6i64 {
-            if throttled.contains(&step) {
-                set(&freq, &["pl1", "thermal"], 1100 + step as u64);
-            } else {
-                set(&freq, &[], 2400);
-            }
-            // A reading of the new state is the latest as the step opens.
-            let mut kept = settle(telemetry, SETTLE);
-            let _step = gpuspan::step_span!(step);
-            kept &= settle(telemetry, SETTLE);
-            on_time.push(kept);
-        }
-        on_time
+    let builder = setup::on_written_machine(&receiver, root.path());
+    let throttling = &POWER_AND_THERMAL_THROUGH_STEPS_2_AND_3;
+    run_six_steps(builder, &receiver, "drm-fdinfo", throttling, |held, mhz| {
+        let reasons: &[&str] = if held { &["pl1", "thermal"] } else { &[] };
+        set(&freq, reasons, mhz as u64);
     });
-    telemetry.shutdown().expect("clean shutdown");
-
-    let steps = receiver.spans_named("step");
-    assert_eq!(steps.len(), 6);
-    let judged = on_time.iter().filter(|&&kept| kept).count();
-    assert!(judged >= 4, "too busy a machine to judge: {on_time:?}");
-    for span in &steps {
-        let step = span.int_attr("ml.step").unwrap();
-        if !on_time[step as usize] {
-            eprintln!("step {step}: the sampler fell behind: not judged");
-            continue;
-        }
-        let events = span.events_named("gpu.throttled");
-        if throttled.contains(&step) {
-            assert_eq!(
-                span.strs_attr("gpu.throttle.reasons"),
-                Some(vec!["sw_power_cap", "sw_thermal_slowdown"]),
-                "step {step}"
-            );
-            assert_eq!(span.double_attr("gpu.throttle.share"), Some(1.0));
-            assert_eq!(span.int_attr("gpu.clock.sm.min"), Some(1100 + step));
-            assert_eq!(events.len(), 1, "step {step}");
-        } else {
-            assert_eq!(span.strs_attr("gpu.throttle.reasons"), None, "step {step}");
-            assert_eq!(span.double_attr("gpu.throttle.share"), Some(0.0));
-            assert_eq!(span.int_attr("gpu.clock.sm.min"), Some(2400));
-            assert!(events.is_empty(), "step {step}");
-        }
-    }
 }
 
 #[test]
@@ -158,10 +104,7 @@ fn an_integrated_gpu_without_an_energy_counter_still_carries_its_reasons() {
     };
     set(false);
     let receiver = Receiver::start_grpc();
-    let builder = setup::to_receiver(&receiver)
-        .sysfs_root(root.path().join("sys"))
-        .procfs_root(root.path().join("proc"))
-        .sample_interval(Duration::from_millis(2));
+    let builder = setup::on_written_machine(&receiver, root.path());
     let (telemetry, on_time) = setup::run(builder, |telemetry| {
         let mut on_time = settle(telemetry, SETTLE);
         for step in 0..2i64 {
@@ -179,12 +122,7 @@ fn an_integrated_gpu_without_an_energy_counter_still_carries_its_reasons() {
         return;
     }
     let steps = receiver.spans_named("step");
-    let step = |n: i64| {
-        steps
-            .iter()
-            .find(|s| s.int_attr("ml.step") == Some(n))
-            .unwrap()
-    };
+    let step = |n: i64| step_span(&steps, n);
     assert_eq!(
         step(0).double_attr("gpu.energy"),
         None,

@@ -10,7 +10,7 @@ use gpuspan_test_support as support;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use support::go_stack::{go_tools, repo};
+use support::go_stack::{go_tools, repo, EXAMPLE_CONFIGURATIONS};
 
 /// The variables the configurations read without a default, set as a user would.
 const ENV: &[(&str, &str)] = &[
@@ -40,15 +40,7 @@ fn in_collector_dir(names: &[&str]) -> Vec<PathBuf> {
 
 #[test]
 fn every_example_configuration_is_valid() {
-    let combinations: &[&[&str]] = &[
-        &["otelcol.yaml"],
-        &["otelcol.yaml", "otelcol.mlflow.yaml"],
-        &["otelcol.yaml", "otelcol.weave.yaml"],
-        &["otelcol.yaml", "otelcol.mlflow.yaml", "otelcol.weave.yaml"],
-        &["agent.yaml"],
-        &["gateway.yaml"],
-    ];
-    for names in combinations {
+    for names in EXAMPLE_CONFIGURATIONS {
         let out = validate(&in_collector_dir(names));
         assert!(
             out.status.success(),

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_yaml::{Mapping, Value};
+use support::go_stack::EXAMPLE_CONFIGURATIONS;
 
 fn collector_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("collector")
@@ -182,16 +183,8 @@ fn every_yaml_and_json_file_parses() {
 
 #[test]
 fn every_collector_component_is_declared_and_in_a_pipeline() {
-    let combinations: &[&[&str]] = &[
-        &["otelcol.yaml"],
-        &["otelcol.yaml", "otelcol.mlflow.yaml"],
-        &["otelcol.yaml", "otelcol.weave.yaml"],
-        &["otelcol.yaml", "otelcol.mlflow.yaml", "otelcol.weave.yaml"],
-        &["agent.yaml"],
-        &["gateway.yaml"],
-    ];
     let mut problems = Vec::new();
-    for files in combinations {
+    for files in EXAMPLE_CONFIGURATIONS {
         let mut config = load(files[0]);
         for overlay in &files[1..] {
             merge(&mut config, &load(overlay));

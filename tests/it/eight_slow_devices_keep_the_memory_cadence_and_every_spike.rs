@@ -10,11 +10,10 @@
 
 use gpuspan_test_support as support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::fake_nvml::{FakeNvml, MIB, PROCESS_LIST};
+use support::idle_ticker::IdleTicker;
 use support::receiver::Receiver;
 use support::sampling::{self, triple, wait_for_ticks, MEMORY_INFO};
 use support::setup;
@@ -27,32 +26,6 @@ const STEP: Duration = Duration::from_millis(100);
 const RISE: Duration = Duration::from_millis(40);
 const BASE: u64 = 3000 * MIB + 5;
 const GIB: u64 = 1024 * MIB;
-
-/// A thread that keeps `INTERVAL`'s schedule as the sampler does and counts the slots it
-/// could not keep: what the machine alone costs a sampler.
-fn control() -> (Arc<AtomicBool>, Arc<AtomicU64>) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let missed = Arc::new(AtomicU64::new(0));
-    let (flag, count) = (Arc::clone(&stop), Arc::clone(&missed));
-    std::thread::spawn(move || {
-        let mut next = Instant::now() + INTERVAL;
-        while !flag.load(Ordering::Relaxed) {
-            let now = Instant::now();
-            if now < next {
-                std::thread::park_timeout(next - now);
-                continue;
-            }
-            next += INTERVAL;
-            let now = Instant::now();
-            if next < now {
-                let behind = (now - next).as_nanos() / INTERVAL.as_nanos();
-                count.fetch_add(1 + behind as u64, Ordering::Relaxed);
-                next = now + INTERVAL;
-            }
-        }
-    });
-    (stop, missed)
-}
 
 #[test]
 fn memory_keeps_its_ticks_and_spikes_while_process_lists_cost_a_real_drivers_time() {
@@ -71,7 +44,8 @@ fn memory_keeps_its_ticks_and_spikes_while_process_lists_cost_a_real_drivers_tim
     let fall = RISE + 2 * INTERVAL;
     let spike = |step: u64| BASE + (step + 1) * 7 * MIB + step;
 
-    let (stop, control_missed) = control();
+    // What the machine alone costs a sampler: the slots a thread doing nothing misses.
+    let control = IdleTicker::start("control", INTERVAL);
     let (telemetry, (reads, elapsed, held, judged)) = sampling::run(builder, |telemetry| {
         // The first list showed what lists cost and moved them off the sampler thread,
         // which lists every device once, back to back (nvml-wrapper calls twice per list).
@@ -83,12 +57,12 @@ fn memory_keeps_its_ticks_and_spikes_while_process_lists_cost_a_real_drivers_tim
         // A tick publishes the sum over every device's list.
         wait_for_ticks(&fake, u64::from(DEVICES), 1);
         let mut judged = Vec::new();
-        let control_before = control_missed.load(Ordering::Relaxed);
+        let control_before = control.missed();
         let reads = fake.call_count(MEMORY_INFO);
         let held = fake.driver_lock_held();
         let started = Instant::now();
         for step in 0..STEPS {
-            let missed = control_missed.load(Ordering::Relaxed);
+            let missed = control.missed();
             let _step = gpuspan::step_span!(step);
             let dev = (step % u64::from(DEVICES)) as u32;
             fake.set_timeline(
@@ -101,12 +75,12 @@ fn memory_keeps_its_ticks_and_spikes_while_process_lists_cost_a_real_drivers_tim
                 std::thread::sleep(Duration::from_millis(2));
             }
             fake.set_timeline(dev, &[]);
-            if control_missed.load(Ordering::Relaxed) == missed {
+            if control.missed() == missed {
                 judged.push(step);
             }
         }
         let held = fake.driver_lock_held() - held;
-        let window_missed = control_missed.load(Ordering::Relaxed) - control_before;
+        let window_missed = control.missed() - control_before;
         (
             fake.call_count(MEMORY_INFO) - reads,
             started.elapsed(),
@@ -114,7 +88,7 @@ fn memory_keeps_its_ticks_and_spikes_while_process_lists_cost_a_real_drivers_tim
             (judged, window_missed),
         )
     });
-    stop.store(true, Ordering::Relaxed);
+    drop(control);
     let (judged, control_missed) = judged;
     let stats = telemetry.sampler_stats().expect("enabled");
     telemetry.shutdown().expect("clean shutdown");

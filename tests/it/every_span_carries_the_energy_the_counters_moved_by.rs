@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use support::fake_nvml::{reason, FakeNvml, ENERGY_QUANTUM};
 use support::receiver::{ReceivedSpan, Receiver};
-use support::sampling;
+use support::sampling::{self, step_span};
 use support::setup;
+use support::throttle::Throttling;
 
 const ENERGY: &str = "nvmlDeviceGetTotalEnergyConsumption";
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -155,12 +156,7 @@ fn a_driver_reload_while_a_span_is_open_gives_it_no_energy() {
     telemetry.shutdown().expect("clean shutdown");
 
     let steps = receiver.spans_named("step");
-    let step = |n: i64| {
-        steps
-            .iter()
-            .find(|s| s.int_attr("ml.step") == Some(n))
-            .unwrap()
-    };
+    let step = |n: i64| step_span(&steps, n);
     assert_eq!(step(0).double_attr("gpu.energy"), None);
     assert_eq!(step(0).double_attr("gpu.power.avg"), None);
     let after = step(1)
@@ -173,16 +169,21 @@ fn a_driver_reload_while_a_span_is_open_gives_it_no_energy() {
 fn steps_10_to_12_and_only_they_carry_the_scripted_throttle_reasons() {
     let fake = FakeNvml::build();
     let receiver = Receiver::start_grpc();
-    let throttled = 10..=12;
+    let throttling = Throttling {
+        held: 10..=12,
+        reasons: &["sw_power_cap", "hw_slowdown"],
+        held_mhz: 1200,
+        free_mhz: 1980,
+    };
     let (telemetry, ()) = sampling::run(builder(&receiver, &fake), |_| {
         for step in 0..15 {
-            if throttled.contains(&step) {
-                fake.set_clocks_event_reasons(0, reason::SW_POWER_CAP | reason::HW_SLOWDOWN);
-                fake.set_sm_clock(0, 1200 + step as u32);
+            let reasons = if throttling.holds(step) {
+                reason::SW_POWER_CAP | reason::HW_SLOWDOWN
             } else {
-                fake.set_clocks_event_reasons(0, reason::GPU_IDLE);
-                fake.set_sm_clock(0, 1980);
-            }
+                reason::GPU_IDLE
+            };
+            fake.set_clocks_event_reasons(0, reasons);
+            fake.set_sm_clock(0, throttling.mhz(step) as u32);
             // A reading of the new state is the latest as the step opens.
             wait_for_power_reads(&fake, 1, 1);
             let _step = gpuspan::step_span!(step);
@@ -194,23 +195,7 @@ fn steps_10_to_12_and_only_they_carry_the_scripted_throttle_reasons() {
     let steps = receiver.spans_named("step");
     assert_eq!(steps.len(), 15);
     for span in &steps {
-        let step = span.int_attr("ml.step").unwrap();
-        let events = span.events_named("gpu.throttled");
-        if throttled.contains(&step) {
-            assert_eq!(
-                span.strs_attr("gpu.throttle.reasons"),
-                Some(vec!["sw_power_cap", "hw_slowdown"]),
-                "step {step}"
-            );
-            assert_eq!(span.double_attr("gpu.throttle.share"), Some(1.0));
-            assert_eq!(span.int_attr("gpu.clock.sm.min"), Some(1200 + step));
-            assert_eq!(events.len(), 1, "step {step}");
-        } else {
-            assert_eq!(span.strs_attr("gpu.throttle.reasons"), None, "step {step}");
-            assert_eq!(span.double_attr("gpu.throttle.share"), Some(0.0));
-            assert_eq!(span.int_attr("gpu.clock.sm.min"), Some(1980));
-            assert!(events.is_empty(), "step {step}");
-        }
+        throttling.assert_span(span);
     }
 }
 

@@ -8,10 +8,10 @@ use gpuspan_test_support as support;
 
 use std::time::Duration;
 
-use support::example::run_train;
+use support::example::Train;
 use support::fake_nvml::{FakeNvml, MIB};
 use support::go_stack::Collector;
-use support::mlflow::{epoch_and_steps, int_attribute, Mlflow};
+use support::mlflow::{assert_device_memory, Mlflow};
 use support::receiver::Receiver;
 
 const USED_MIB: u64 = 2750;
@@ -26,12 +26,11 @@ fn one_mlflow_trace_per_epoch_with_its_steps_and_integer_memory() {
     let experiment = mlflow.create_experiment("gpuspan-via-otelcol");
     // The base configuration's trace backends, Jaeger and Tempo, stand in as OTLP receivers.
     let (jaeger, tempo) = (Receiver::start_grpc(), Receiver::start_grpc());
-    let bare = |r: &Receiver| r.endpoint().trim_start_matches("http://").to_string();
-    let collector = Collector::start(
+    let collector = Collector::start_to_receivers(
         dir.path(),
         &["otelcol.yaml", "otelcol.mlflow.yaml"],
-        &bare(&jaeger),
-        &bare(&tempo),
+        &jaeger,
+        &tempo,
         &[
             ("MLFLOW_TRACES_ENDPOINT", &mlflow.traces_url()),
             ("MLFLOW_EXPERIMENT_ID", &experiment),
@@ -39,29 +38,12 @@ fn one_mlflow_trace_per_epoch_with_its_steps_and_integer_memory() {
     );
 
     let fake = FakeNvml::build();
-    let out = run_train(
-        &[
-            "--epochs",
-            &EPOCHS.to_string(),
-            "--steps",
-            &STEPS.to_string(),
-        ],
-        &[
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                &collector.otlp_endpoint("grpc"),
-            ),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_METRICS_EXPORTER", "none"),
-            ("OTEL_SERVICE_NAME", "train-via-otelcol-to-mlflow"),
-            ("GPUSPAN_RUN_ID", RUN_ID),
-            ("GPUSPAN_RUN_DIR", dir.path().to_str().unwrap()),
-            ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
-            ("FAKE_NVML_USED_MIB", &USED_MIB.to_string()),
-        ],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "train failed:\n{stderr}");
+    Train::new(EPOCHS, STEPS, dir.path())
+        .otlp(&collector.otlp_endpoint("grpc"), "grpc")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .named("train-via-otelcol-to-mlflow", RUN_ID)
+        .on_fake(&fake, USED_MIB)
+        .run();
 
     let infos = mlflow.wait_for_traces(&experiment, EPOCHS, Duration::from_secs(60));
     assert_eq!(
@@ -70,25 +52,11 @@ fn one_mlflow_trace_per_epoch_with_its_steps_and_integer_memory() {
         "one MLflow trace per epoch: {infos:?}\ncollector:\n{}",
         collector.log_tail()
     );
-    let used = (USED_MIB * MIB) as i64;
-    let mut epoch_indexes = Vec::new();
-    for info in &infos {
-        assert_eq!(info["state"], "OK", "{info}");
-        assert_eq!(
-            info["tags"]["ml.run.id"], RUN_ID,
-            "the run id is a tag: {info}"
-        );
-        let spans = mlflow.spans(info["trace_id"].as_str().expect("trace_id"));
-        let (epoch, steps) = epoch_and_steps(&spans, STEPS);
-        epoch_indexes.push(int_attribute(epoch, "ml.epoch").unwrap());
-        for span in std::iter::once(&epoch).chain(&steps) {
-            for key in ["gpu.memory.start", "gpu.memory.peak", "gpu.memory.end"] {
-                assert_eq!(int_attribute(span, key), Ok(used), "{key} of {span}");
-            }
-        }
+    for epoch in mlflow.epochs(&infos, RUN_ID, STEPS) {
+        epoch
+            .spans()
+            .for_each(|span| assert_device_memory(span, (USED_MIB * MIB) as i64));
     }
-    epoch_indexes.sort();
-    assert_eq!(epoch_indexes, [0, 1]);
     // The base pipeline still sent the same spans to its own backends.
     let expected = EPOCHS * (STEPS + 1);
     let at_jaeger = jaeger.wait_for_spans(|s| s.len() >= expected, Duration::from_secs(30));

@@ -8,7 +8,7 @@ use gpuspan_test_support as support;
 
 use std::time::Duration;
 
-use support::example::run_train;
+use support::example::Train;
 use support::fake_nvml::{FakeNvml, MIB};
 use support::go_stack::Collector;
 use support::receiver::{Receiver, Signal};
@@ -22,12 +22,11 @@ fn every_span_arrives_with_the_key_the_project_and_integer_memory() {
     let dir = tempfile::tempdir().unwrap();
     let weave = Receiver::start_http();
     let (jaeger, tempo) = (Receiver::start_grpc(), Receiver::start_grpc());
-    let bare = |r: &Receiver| r.endpoint().trim_start_matches("http://").to_string();
-    let collector = Collector::start(
+    let collector = Collector::start_to_receivers(
         dir.path(),
         &["otelcol.yaml", "otelcol.weave.yaml"],
-        &bare(&jaeger),
-        &bare(&tempo),
+        &jaeger,
+        &tempo,
         &[
             ("WEAVE_OTLP_TRACES_ENDPOINT", &weave.traces_url()),
             ("WANDB_API_KEY", "test-key-123"),
@@ -37,28 +36,12 @@ fn every_span_arrives_with_the_key_the_project_and_integer_memory() {
     );
 
     let fake = FakeNvml::build();
-    let out = run_train(
-        &[
-            "--epochs",
-            &EPOCHS.to_string(),
-            "--steps",
-            &STEPS.to_string(),
-        ],
-        &[
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                &collector.otlp_endpoint("http/protobuf"),
-            ),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-            ("OTEL_METRICS_EXPORTER", "none"),
-            ("OTEL_SERVICE_NAME", "train-via-otelcol-to-weave"),
-            ("GPUSPAN_RUN_DIR", dir.path().to_str().unwrap()),
-            ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
-            ("FAKE_NVML_USED_MIB", &USED_MIB.to_string()),
-        ],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "train failed:\n{stderr}");
+    Train::new(EPOCHS, STEPS, dir.path())
+        .otlp(&collector.otlp_endpoint("http/protobuf"), "http/protobuf")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("OTEL_SERVICE_NAME", "train-via-otelcol-to-weave")
+        .on_fake(&fake, USED_MIB)
+        .run();
 
     let expected = EPOCHS * (STEPS + 1);
     let spans = weave.wait_for_spans(|s| s.len() >= expected, Duration::from_secs(30));

@@ -14,20 +14,6 @@ use support::tls::TestPki;
 
 const STEPS: u64 = 3;
 
-/// Trains a few steps; the spans (delivered, lost) and how shutdown went.
-fn train(builder: Builder) -> ((u64, u64), Result<(), gpuspan::ShutdownError>) {
-    let (telemetry, ()) = setup::run(builder, |_| {
-        let _e = gpuspan::epoch_span!(0u32);
-        for step in 0..STEPS {
-            let _s = gpuspan::step_span!(step);
-        }
-    });
-    let tally = telemetry.export_tally();
-    let result = telemetry.shutdown();
-    let spans = tally.spans();
-    ((spans.delivered, spans.lost), result)
-}
-
 fn delivered_with_the_ca(protocol: Protocol, mutual: bool) {
     let pki = TestPki::new("private");
     let receiver = Receiver::start_tls(protocol, pki.server(mutual));
@@ -37,7 +23,7 @@ fn delivered_with_the_ca(protocol: Protocol, mutual: bool) {
         let (cert, key) = pki.client_files();
         builder = builder.client_certificate(cert).client_key(key);
     }
-    let (tally, result) = train(builder);
+    let (tally, result) = setup::train_and_shut_down(builder, STEPS);
     result.expect("every span and point delivered over TLS");
     assert_eq!(receiver.spans_named("step").len(), STEPS as usize);
     assert_eq!(receiver.spans_named("epoch").len(), 1);
@@ -76,7 +62,7 @@ fn refused(protocol: Protocol, builder: impl FnOnce(Builder, &TestPki) -> Builde
         setup::to_receiver(&receiver).timeout(Duration::from_millis(1500)),
         &pki,
     );
-    let (tally, result) = train(builder);
+    let (tally, result) = setup::train_and_shut_down(builder, STEPS);
     let error = result.expect_err("nothing is delivered").to_string();
     assert!(receiver.spans_named("step").is_empty());
     assert_eq!(tally, (0, STEPS + 1), "{error}");

@@ -10,10 +10,9 @@ use std::fs::File;
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
-use support::example::train_command;
+use support::example::Train;
 use support::fake_nvml::FakeNvml;
-use support::go_stack::{Collector, Jaeger};
-use support::receiver::Receiver;
+use support::go_stack::BaseStack;
 
 const EPOCHS: usize = 12;
 const STEPS: usize = 100;
@@ -59,42 +58,21 @@ impl Drop for Training {
 #[test]
 fn every_epoch_and_step_reaches_jaeger_and_no_loss_is_reported() {
     let dir = tempfile::tempdir().unwrap();
-    let mut jaeger = Jaeger::start(dir.path());
-    let tempo = Receiver::start_grpc();
-    let tempo_endpoint = tempo.endpoint().trim_start_matches("http://").to_string();
-    let mut collector = Collector::start(
-        dir.path(),
-        &["otelcol.yaml"],
-        &jaeger.otlp_endpoint(),
-        &tempo_endpoint,
-        &[],
-    );
+    // Tempo's stand-in is held to the end, so the collector's second backend stays up.
+    let BaseStack {
+        mut jaeger,
+        tempo: _tempo,
+        mut collector,
+    } = BaseStack::start(dir.path());
 
     let fake = FakeNvml::build();
     let (stdout, stderr) = (dir.path().join("train.out"), dir.path().join("train.err"));
-    let mut command = train_command(
-        &[
-            "--epochs",
-            &EPOCHS.to_string(),
-            "--steps",
-            &STEPS.to_string(),
-            "--batch-size",
-            BATCH_SIZE,
-            "--hidden",
-            HIDDEN,
-        ],
-        &[
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                &collector.otlp_endpoint("grpc"),
-            ),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_SERVICE_NAME", SERVICE),
-            ("GPUSPAN_RUN_ID", "outage-run"),
-            ("GPUSPAN_RUN_DIR", dir.path().to_str().unwrap()),
-            ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
-        ],
-    );
+    let mut command = Train::new(EPOCHS, STEPS, dir.path())
+        .args(&["--batch-size", BATCH_SIZE, "--hidden", HIDDEN])
+        .otlp(&collector.otlp_endpoint("grpc"), "grpc")
+        .named(SERVICE, "outage-run")
+        .env("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap())
+        .command();
     command
         .stdout(File::create(&stdout).unwrap())
         .stderr(File::create(&stderr).unwrap());

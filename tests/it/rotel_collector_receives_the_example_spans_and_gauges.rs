@@ -8,7 +8,7 @@ use gpuspan_test_support as support;
 use std::process::Command;
 use std::time::Duration;
 
-use support::example::run_train;
+use support::example::Train;
 use support::fake_nvml::{uuid_of, FakeNvml, DEFAULT_TOTAL, MIB};
 use support::rotel_debug::{int_value, DebugOutput};
 use support::servers::{accepts, free_port, tools, Server};
@@ -49,30 +49,12 @@ fn ship(protocol: &str) {
     });
 
     let fake = FakeNvml::build();
-    let out = run_train(
-        &[
-            "--epochs",
-            &EPOCHS.to_string(),
-            "--steps",
-            &STEPS.to_string(),
-            "--batch-size",
-            "16",
-        ],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://{addr}")),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
-            ("OTEL_SERVICE_NAME", "train-via-rotel"),
-            ("GPUSPAN_RUN_ID", "rotel-run"),
-            ("GPUSPAN_RUN_DIR", dir.path().to_str().unwrap()),
-            ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
-            ("FAKE_NVML_USED_MIB", &USED_MIB.to_string()),
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "train failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    Train::new(EPOCHS, STEPS, dir.path())
+        .args(&["--batch-size", "16"])
+        .otlp(&format!("http://{addr}"), protocol)
+        .named("train-via-rotel", "rotel-run")
+        .on_fake(&fake, USED_MIB)
+        .run();
 
     // train flushed before exiting; rotel prints after its 200 ms batch timeout.
     let printed = rotel.wait_for(
@@ -173,12 +155,4 @@ fn ship(protocol: &str) {
     }
 }
 
-#[test]
-fn over_grpc() {
-    ship("grpc");
-}
-
-#[test]
-fn over_http() {
-    ship("http/protobuf");
-}
+support::tests_over_grpc_and_http!(ship);

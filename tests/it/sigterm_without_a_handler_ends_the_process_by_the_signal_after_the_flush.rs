@@ -8,36 +8,19 @@ use gpuspan_test_support as support;
 use std::time::Duration;
 
 use support::receiver::Receiver;
-use support::signalled::{killed_by, send, Program};
+use support::signalled::{assert_the_first_two_epochs_arrived, killed_by, send, Program};
 
 #[test]
 fn the_process_is_killed_by_sigterm_after_its_spans_reached_the_collector() {
     let receiver = Receiver::start_grpc();
-    let endpoint = receiver.endpoint();
-    let mut program = Program::start(
-        "none",
-        &[],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-        ],
-    );
+    let mut program = Program::start_exporting_to(&receiver, "none", &[], &[]);
     program.wait_for_line("epoch 1 done", Duration::from_secs(30));
     program.signal(libc::SIGTERM);
     let status = program.wait(Duration::from_secs(20));
     assert_eq!(killed_by(status), Some(libc::SIGTERM), "{status:?}");
     assert_eq!(program.checkpoint(), None);
-
-    let epochs: Vec<i64> = receiver
-        .spans_named("epoch")
-        .iter()
-        .filter_map(|span| span.int_attr("ml.epoch"))
-        .collect();
-    assert!(
-        epochs.contains(&0) && epochs.contains(&1),
-        "received epochs {epochs:?}"
-    );
-    assert!(receiver.spans_named("step").len() >= 10);
+    let stderr = program.stderr.lock().unwrap().clone();
+    assert_the_first_two_epochs_arrived(&receiver, &stderr);
 }
 
 #[test]

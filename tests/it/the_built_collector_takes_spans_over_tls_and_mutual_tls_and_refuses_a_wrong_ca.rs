@@ -80,16 +80,28 @@ fn train(
         .timeout(Duration::from_secs(3))
         .nvml_lib("/nonexistent/libnvidia-ml.so.1")
         .sysfs_root("/nonexistent/sys");
-    let (telemetry, ()) = setup::run(configure(builder), |_| {
-        let _e = gpuspan::epoch_span!(0u32);
-        for step in 0..STEPS {
-            let _s = gpuspan::step_span!(step);
-        }
+    setup::train_and_shut_down(configure(builder), STEPS)
+}
+
+/// Asserts that a run over `protocol` (`trained`, as [`train`] returns it) delivered every
+/// span, and that they reached the collector's backend; `how` is the transport, for the
+/// message.
+fn assert_delivered(
+    collector: &Collector,
+    backend: &Receiver,
+    protocol: Protocol,
+    how: &str,
+    trained: ((u64, u64), Result<(), gpuspan::ShutdownError>),
+) {
+    let (tally, result) = trained;
+    result.unwrap_or_else(|e| {
+        panic!(
+            "{protocol:?} over {how}: {e}\ncollector log:\n{}",
+            collector.log_tail()
+        )
     });
-    let tally = telemetry.export_tally();
-    let result = telemetry.shutdown();
-    let spans = tally.spans();
-    ((spans.delivered, spans.lost), result)
+    assert_eq!(tally, (STEPS + 1, 0), "{protocol:?}");
+    assert_eq!(steps_of(backend, protocol), STEPS as usize, "{protocol:?}");
 }
 
 fn steps_of(backend: &Receiver, protocol: Protocol) -> usize {
@@ -119,15 +131,8 @@ fn tls_receivers_take_spans_with_the_ca_and_refuse_a_wrong_one() {
     let (backend, tempo) = (Receiver::start_grpc(), Receiver::start_grpc());
     let collector = tls_collector(dir.path(), &pki, false, &backend, &tempo);
     for protocol in [Protocol::Grpc, Protocol::HttpProtobuf] {
-        let (tally, result) = train(&collector, protocol, |b| b.certificate(pki.ca_file()));
-        result.unwrap_or_else(|e| {
-            panic!(
-                "{protocol:?} over TLS: {e}\ncollector log:\n{}",
-                collector.log_tail()
-            )
-        });
-        assert_eq!(tally, (STEPS + 1, 0), "{protocol:?}");
-        assert_eq!(steps_of(&backend, protocol), STEPS as usize, "{protocol:?}");
+        let trained = train(&collector, protocol, |b| b.certificate(pki.ca_file()));
+        assert_delivered(&collector, &backend, protocol, "TLS", trained);
     }
 
     let other = TestPki::new("other");
@@ -153,19 +158,12 @@ fn mutual_tls_receivers_take_spans_with_a_client_certificate_and_refuse_one_with
     let collector = tls_collector(dir.path(), &pki, true, &backend, &tempo);
     let (cert, key) = pki.client_files();
     for protocol in [Protocol::Grpc, Protocol::HttpProtobuf] {
-        let (tally, result) = train(&collector, protocol, |b| {
+        let trained = train(&collector, protocol, |b| {
             b.certificate(pki.ca_file())
                 .client_certificate(&cert)
                 .client_key(&key)
         });
-        result.unwrap_or_else(|e| {
-            panic!(
-                "{protocol:?} over mutual TLS: {e}\ncollector log:\n{}",
-                collector.log_tail()
-            )
-        });
-        assert_eq!(tally, (STEPS + 1, 0), "{protocol:?}");
-        assert_eq!(steps_of(&backend, protocol), STEPS as usize, "{protocol:?}");
+        assert_delivered(&collector, &backend, protocol, "mutual TLS", trained);
     }
     for protocol in [Protocol::Grpc, Protocol::HttpProtobuf] {
         let (tally, result) = train(&collector, protocol, |b| b.certificate(pki.ca_file()));

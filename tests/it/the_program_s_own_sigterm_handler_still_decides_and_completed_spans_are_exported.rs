@@ -9,26 +9,14 @@ use gpuspan_test_support as support;
 use std::time::Duration;
 
 use support::receiver::{Protocol, Receiver};
-use support::signalled::{killed_by, Program};
+use support::signalled::{assert_the_first_two_epochs_arrived, killed_by, Program};
 
 /// The example's exit status after it saved its checkpoint.
 const CHECKPOINTED: i32 = 3;
 
 fn handler_decides(handler: &str, protocol: Protocol) {
     let receiver = Receiver::start(protocol);
-    let endpoint = receiver.endpoint();
-    let protocol_name = match protocol {
-        Protocol::Grpc => "grpc",
-        Protocol::Http => "http/protobuf",
-    };
-    let mut program = Program::start(
-        handler,
-        &[],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol_name),
-        ],
-    );
+    let mut program = Program::start_exporting_to(&receiver, handler, &[], &[]);
     // Spans are exported in batches every second and metrics every minute; two epochs take
     // a tenth of that, so without a flush on the signal they would still be queued.
     program.wait_for_line("epoch 1 done", Duration::from_secs(30));
@@ -52,17 +40,7 @@ fn handler_decides(handler: &str, protocol: Protocol) {
     assert!(checkpoint.starts_with("epoch "), "{checkpoint:?}");
 
     // Read at once: the exit waited for the flush the signal started.
-    let epochs: Vec<i64> = receiver
-        .spans_named("epoch")
-        .iter()
-        .filter_map(|span| span.int_attr("ml.epoch"))
-        .collect();
-    assert!(
-        epochs.contains(&0) && epochs.contains(&1),
-        "epochs 0 and 1 were completed before the signal; received {epochs:?}"
-    );
-    let steps = receiver.spans_named("step").len();
-    assert!(steps >= 10, "only {steps} step spans arrived");
+    assert_the_first_two_epochs_arrived(&receiver, &program.stderr.lock().unwrap());
     assert!(
         !receiver.points_named("process.memory.usage").is_empty(),
         "the metrics were not flushed on the signal"

@@ -11,12 +11,11 @@ use gpuspan_test_support as support;
 
 use std::time::Duration;
 
-use support::example::run_train;
+use support::example::Train;
 use support::fake_nvml::{uuid_of, FakeNvml, DEFAULT_TOTAL, MIB};
-use support::go_stack::{Collector, Jaeger};
+use support::go_stack::BaseStack;
 use support::jaeger_api::JaegerSpan;
 use support::prometheus_text::{named, Sample};
-use support::receiver::Receiver;
 
 const EPOCHS: usize = 2;
 const STEPS: usize = 5;
@@ -30,44 +29,22 @@ const RUN_ID: &str = "otelcol-run";
 fn ship(protocol: &str) {
     let dir = tempfile::tempdir().unwrap();
     let service = format!("train-via-otelcol-{}", protocol.replace('/', "-"));
-    let mut jaeger = Jaeger::start(dir.path());
-    let tempo = Receiver::start_grpc();
-    let tempo_endpoint = tempo.endpoint().trim_start_matches("http://").to_string();
-    let mut collector = Collector::start(
-        dir.path(),
-        &["otelcol.yaml"],
-        &jaeger.otlp_endpoint(),
-        &tempo_endpoint,
-        &[],
-    );
+    let BaseStack {
+        mut jaeger,
+        tempo,
+        mut collector,
+    } = BaseStack::start(dir.path());
 
     let fake = FakeNvml::build();
     let timeline = dir.path().join("timeline");
     std::fs::write(&timeline, format!("0 1 {}\n", DEVICE1_MIB * MIB)).unwrap();
-    let out = run_train(
-        &[
-            "--epochs",
-            &EPOCHS.to_string(),
-            "--steps",
-            &STEPS.to_string(),
-        ],
-        &[
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                &collector.otlp_endpoint(protocol),
-            ),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
-            ("OTEL_SERVICE_NAME", &service),
-            ("GPUSPAN_RUN_ID", RUN_ID),
-            ("GPUSPAN_RUN_DIR", dir.path().to_str().unwrap()),
-            ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
-            ("FAKE_NVML_DEVICES", "2"),
-            ("FAKE_NVML_USED_MIB", &DEVICE0_MIB.to_string()),
-            ("FAKE_NVML_TIMELINE", timeline.to_str().unwrap()),
-        ],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "train failed:\n{stderr}");
+    let stderr = Train::new(EPOCHS, STEPS, dir.path())
+        .otlp(&collector.otlp_endpoint(protocol), protocol)
+        .named(&service, RUN_ID)
+        .on_fake(&fake, DEVICE0_MIB)
+        .env("FAKE_NVML_DEVICES", "2")
+        .env("FAKE_NVML_TIMELINE", timeline.to_str().unwrap())
+        .run();
     assert!(
         !stderr.contains("could not export"),
         "train could not export to the collector:\n{stderr}\ncollector:\n{}",
@@ -223,12 +200,4 @@ fn check_gauges(samples: &[Sample], service: &str) {
     }
 }
 
-#[test]
-fn over_grpc() {
-    ship("grpc");
-}
-
-#[test]
-fn over_http() {
-    ship("http/protobuf");
-}
+support::tests_over_grpc_and_http!(ship);

@@ -12,9 +12,22 @@ use std::time::{Duration, Instant};
 use crate::http::get;
 use crate::jaeger_api::{self, JaegerSpan};
 use crate::prometheus_text::{self, Sample};
+use crate::receiver::Receiver;
 use crate::servers::{accepts, free_port, Server};
 
 const BUILD_SCRIPT: &str = "tests/collectors/build-go.sh";
+
+/// The example configurations as users run them (file names in collector/, overlays after
+/// the configuration they extend): collector/otelcol.yaml alone and with its overlays, and
+/// a node's agent and the gateway.
+pub const EXAMPLE_CONFIGURATIONS: &[&[&str]] = &[
+    &["otelcol.yaml"],
+    &["otelcol.yaml", "otelcol.mlflow.yaml"],
+    &["otelcol.yaml", "otelcol.weave.yaml"],
+    &["otelcol.yaml", "otelcol.mlflow.yaml", "otelcol.weave.yaml"],
+    &["agent.yaml"],
+    &["gateway.yaml"],
+];
 
 /// The built programs.
 #[derive(Debug)]
@@ -215,6 +228,19 @@ impl Collector {
         Self::start_with(dir, configs, ports, all_env)
     }
 
+    /// Starts the collector as [`Collector::start`] does, with two OTLP receivers standing
+    /// in for its trace backends.
+    pub fn start_to_receivers(
+        dir: &Path,
+        configs: &[&str],
+        jaeger: &Receiver,
+        tempo: &Receiver,
+        env: &[(&str, &str)],
+    ) -> Collector {
+        let jaeger = host_port(jaeger);
+        Self::start(dir, configs, &jaeger, &host_port(tempo), env)
+    }
+
     /// Starts the collector with `configs` (file names in collector/) on `ports`, with `env`
     /// naming them as those configurations read them; waits until its health check (on
     /// `ports.health`) answers 200.
@@ -389,6 +415,39 @@ impl Collector {
             .as_ref()
             .map_or_else(|| "(stopped)".into(), Server::output_tail)
     }
+}
+
+/// The base configuration as users run it: the collector running collector/otelcol.yaml,
+/// exporting traces to Jaeger and to an OTLP receiver standing in for Tempo.
+pub struct BaseStack {
+    pub jaeger: Jaeger,
+    pub tempo: Receiver,
+    pub collector: Collector,
+}
+
+impl BaseStack {
+    /// Starts the three, their files and logs under `dir`.
+    pub fn start(dir: &Path) -> BaseStack {
+        let jaeger = Jaeger::start(dir);
+        let tempo = Receiver::start_grpc();
+        let collector = Collector::start(
+            dir,
+            &["otelcol.yaml"],
+            &jaeger.otlp_endpoint(),
+            &host_port(&tempo),
+            &[],
+        );
+        BaseStack {
+            jaeger,
+            tempo,
+            collector,
+        }
+    }
+}
+
+/// `127.0.0.1:PORT` of a plain-text receiver, as the collector's backend variables take it.
+fn host_port(receiver: &Receiver) -> String {
+    receiver.endpoint().trim_start_matches("http://").to_owned()
 }
 
 fn named(pairs: &[(&str, String)]) -> Vec<(String, String)> {

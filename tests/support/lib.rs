@@ -6,12 +6,14 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod cadence;
 pub mod collector_process;
 pub mod counting_alloc;
 pub mod example;
 pub mod fake_nvml;
 pub mod go_stack;
 pub mod http;
+pub mod idle_ticker;
 pub mod jaeger_api;
 pub mod mlflow;
 pub mod otlp_requests;
@@ -19,6 +21,7 @@ pub mod pictures;
 pub mod power_window;
 pub mod prometheus_server;
 pub mod prometheus_text;
+pub mod protocols;
 pub mod python_otel;
 pub mod raw_http;
 pub mod receiver;
@@ -29,6 +32,7 @@ pub mod servers;
 pub mod setup;
 pub mod signalled;
 pub mod terminal;
+pub mod throttle;
 pub mod tls;
 pub mod traces;
 

@@ -88,6 +88,36 @@ impl Mlflow {
         }
     }
 
+    /// The epochs of a `train` run, one trace each (`infos`, as
+    /// [`Mlflow::wait_for_traces`] returns them): asserts that every trace is complete and
+    /// tagged with the run's `run_id`, and that the epochs are numbered from 0; returns
+    /// each trace's info, epoch span and `steps` step spans, checked as [`epoch_and_steps`]
+    /// checks them.
+    pub fn epochs(&self, infos: &[Value], run_id: &str, steps: usize) -> Vec<Epoch> {
+        let mut epochs = Vec::new();
+        for info in infos {
+            assert_eq!(info["state"], "OK", "{info}");
+            assert_eq!(
+                info["tags"]["ml.run.id"], run_id,
+                "the run id is a tag: {info}"
+            );
+            let spans = self.spans(info["trace_id"].as_str().expect("trace_id"));
+            let (epoch, step_spans) = epoch_and_steps(&spans, steps);
+            epochs.push(Epoch {
+                info: info.clone(),
+                epoch: epoch.clone(),
+                steps: step_spans.into_iter().cloned().collect(),
+            });
+        }
+        let mut indexes: Vec<i64> = epochs
+            .iter()
+            .map(|e| int_attribute(&e.epoch, "ml.epoch").unwrap())
+            .collect();
+        indexes.sort();
+        assert_eq!(indexes, (0..infos.len() as i64).collect::<Vec<_>>());
+        epochs
+    }
+
     /// The spans of trace `trace_id`.
     pub fn spans(&self, trace_id: &str) -> Vec<Value> {
         let response = get(
@@ -100,6 +130,27 @@ impl Mlflow {
             .as_array()
             .cloned()
             .expect("the trace has spans")
+    }
+}
+
+/// One epoch of a `train` run as MLflow keeps it: its trace's info, and its spans.
+pub struct Epoch {
+    pub info: Value,
+    pub epoch: Value,
+    pub steps: Vec<Value>,
+}
+
+impl Epoch {
+    /// The epoch span, then its step spans.
+    pub fn spans(&self) -> impl Iterator<Item = &Value> {
+        std::iter::once(&self.epoch).chain(&self.steps)
+    }
+}
+
+/// Asserts that a span's device memory figures are integers equal to `used`.
+pub fn assert_device_memory(span: &Value, used: i64) {
+    for key in ["gpu.memory.start", "gpu.memory.peak", "gpu.memory.end"] {
+        assert_eq!(int_attribute(span, key), Ok(used), "{key} of {span}");
     }
 }
 

@@ -29,30 +29,24 @@ pub fn tools() -> PathBuf {
 /// Runs `tests/pictures/<script>` with node, with playwright-core on its module path, and
 /// returns its standard output parsed as JSON.
 pub fn node(script: &str, args: &[&Path]) -> serde_json::Value {
-    let tools = tools();
-    let output = Command::new("node")
-        .arg(repo().join("tests/pictures").join(script))
-        .args(args)
-        .env("NODE_PATH", tools.join("node_modules"))
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{script} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{script} printed {stdout}: {e}"))
+    let mut command = Command::new("node");
+    command.env("NODE_PATH", tools().join("node_modules"));
+    run_script(command, script, args)
 }
 
 /// Runs `tests/pictures/<script>` with the venv's Python and returns its output as JSON.
 pub fn python(script: &str, args: &[&Path]) -> serde_json::Value {
-    let python = tools().join("venv/bin/python");
-    let output = Command::new(python)
+    run_script(Command::new(tools().join("venv/bin/python")), script, args)
+}
+
+/// Runs `tests/pictures/<script>` with `interpreter`; asserts it succeeded and returns its
+/// standard output parsed as JSON.
+fn run_script(mut interpreter: Command, script: &str, args: &[&Path]) -> serde_json::Value {
+    let output = interpreter
         .arg(repo().join("tests/pictures").join(script))
         .args(args)
         .output()
-        .expect("python runs");
+        .unwrap_or_else(|e| panic!("{script} does not run: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

@@ -123,6 +123,14 @@ pub fn per_device_indexes(span: &ReceivedSpan) -> BTreeSet<u32> {
         .collect()
 }
 
+/// The span of step `n` among `steps`; fails when that step was not exported.
+pub fn step_span(steps: &[ReceivedSpan], n: i64) -> &ReceivedSpan {
+    steps
+        .iter()
+        .find(|s| s.int_attr("ml.step") == Some(n))
+        .unwrap_or_else(|| panic!("step {n} is not among the exported steps"))
+}
+
 /// `start`, `end` and `peak` of a `<prefix>.start/end/peak` attribute triple, where all three
 /// are integers.
 pub fn triple(span: &ReceivedSpan, prefix: &str) -> Option<(u64, u64, u64)> {

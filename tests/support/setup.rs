@@ -1,7 +1,10 @@
 //! Running a piece of training code under a gpuspan subscriber scoped to the test thread,
 //! so tests in one binary do not share a global subscriber.
 
-use gpuspan::{Builder, Telemetry};
+use std::path::Path;
+use std::time::Duration;
+
+use gpuspan::{Builder, ShutdownError, Telemetry};
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::receiver::{Protocol, Receiver};
@@ -32,4 +35,31 @@ pub fn to_receiver(receiver: &Receiver) -> Builder {
         .summary(false)
         .nvml_lib("/nonexistent/libnvidia-ml.so.1")
         .sysfs_root("/nonexistent/sys")
+}
+
+/// [`to_receiver`] reading a machine the test wrote under `root` (`root/sys` and
+/// `root/proc`), every 2 ms.
+pub fn on_written_machine(receiver: &Receiver, root: &Path) -> Builder {
+    to_receiver(receiver)
+        .sysfs_root(root.join("sys"))
+        .procfs_root(root.join("proc"))
+        .sample_interval(Duration::from_millis(2))
+}
+
+/// Trains an epoch of `steps` steps under `builder` and shuts down: the spans delivered
+/// and lost, and how shutdown went.
+pub fn train_and_shut_down(
+    builder: Builder,
+    steps: u64,
+) -> ((u64, u64), Result<(), ShutdownError>) {
+    let (telemetry, ()) = run(builder, |_| {
+        let _e = gpuspan::epoch_span!(0u32);
+        for step in 0..steps {
+            let _s = gpuspan::step_span!(step);
+        }
+    });
+    let tally = telemetry.export_tally();
+    let result = telemetry.shutdown();
+    let spans = tally.spans();
+    ((spans.delivered, spans.lost), result)
 }

@@ -10,19 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The example `cargo test` built next to the test binaries.
-fn binary() -> PathBuf {
-    let deps = std::env::current_exe().unwrap();
-    let profile_dir = deps.parent().unwrap().parent().unwrap();
-    let binary = profile_dir.join("examples").join("checkpoint_on_sigterm");
-    assert!(
-        binary.exists(),
-        "{} is missing: run the tests with `cargo test` (for the command's tests, `cargo test \
-         -p gpuspan -p gpuspan-cli`), which builds the SDK's examples",
-        binary.display()
-    );
-    binary
-}
+use crate::receiver::{Protocol, Receiver};
 
 /// The running example, its stdout lines and its checkpoint path.
 pub struct Program {
@@ -38,7 +26,7 @@ impl Program {
     pub fn start(handler: &str, extra: &[&str], envs: &[(&str, &str)]) -> Program {
         let dir = tempfile::tempdir().unwrap();
         let checkpoint = dir.path().join("checkpoint.txt");
-        let mut command = Command::new(binary());
+        let mut command = Command::new(crate::example::example_binary("checkpoint_on_sigterm"));
         crate::terminal::with_default_signals(&mut command);
         command
             .args(["--handler", handler, "--checkpoint"])
@@ -84,6 +72,27 @@ impl Program {
             dir,
             stderr,
         }
+    }
+
+    /// Starts the example as [`Program::start`] does, exporting to `receiver` over its
+    /// protocol, with `envs` set besides.
+    pub fn start_exporting_to(
+        receiver: &Receiver,
+        handler: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Program {
+        let endpoint = receiver.endpoint();
+        let protocol = match receiver.protocol() {
+            Protocol::Grpc => "grpc",
+            Protocol::Http => "http/protobuf",
+        };
+        let mut all = vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+        ];
+        all.extend_from_slice(envs);
+        Program::start(handler, extra, &all)
     }
 
     pub fn pid(&self) -> i32 {
@@ -180,6 +189,25 @@ impl Drop for Program {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Asserts that `receiver` holds what the example completed before it printed `epoch 1
+/// done`: epochs 0 and 1 and their ten steps. `stderr` is the example's, for the message.
+pub fn assert_the_first_two_epochs_arrived(receiver: &Receiver, stderr: &str) {
+    let epochs: Vec<i64> = receiver
+        .spans_named("epoch")
+        .iter()
+        .filter_map(|span| span.int_attr("ml.epoch"))
+        .collect();
+    assert!(
+        epochs.contains(&0) && epochs.contains(&1),
+        "epochs 0 and 1 were completed before the signal; received {epochs:?}; stderr:\n{stderr}"
+    );
+    let steps = receiver.spans_named("step").len();
+    assert!(
+        steps >= 10,
+        "only {steps} step spans arrived; stderr:\n{stderr}"
+    );
 }
 
 /// Sends `signal` to the process `pid`.

@@ -171,44 +171,30 @@ fn the_environment_can_send_one_signal_to_the_run_directory() {
 
 #[test]
 fn invalid_values_name_the_variable_and_the_value() {
-    let cases: &[(&str, &str, &str)] = &[
-        ("GPUSPAN_SAMPLE_INTERVAL", "fast", "5ms"),
-        ("GPUSPAN_SAMPLE_INTERVAL", "10us", "at least 100us"),
-        (
-            "GPUSPAN_POWER_INTERVAL",
-            "0",
-            "at least 100us, such as 20ms",
-        ),
-        ("GPUSPAN_POWER_INTERVAL", "-20ms", "5ms"),
-        ("GPUSPAN_POWER_INTERVAL", "20 watts", "5ms"),
-        (
-            "GPUSPAN_POWER_INTERVAL",
-            "99999999999999999999s",
-            "at most a day",
-        ),
-        ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s", "milliseconds"),
-        (
-            "OTEL_EXPORTER_OTLP_PROTOCOL",
-            "udp",
-            "grpc or http/protobuf",
-        ),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "not supported"),
-        ("OTEL_TRACES_EXPORTER", "jaeger", "otlp, console or none"),
-        ("OTEL_SDK_DISABLED", "maybe", "true or false"),
-        ("OTEL_METRIC_EXPORT_INTERVAL", "-1", "milliseconds"),
-        ("OTEL_RESOURCE_ATTRIBUTES", "team", "key=value"),
-        (
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "collector",
-            "http://localhost:4317",
-        ),
-        ("GPUSPAN_DEVICES", "cuda:0", "'cuda:0'"),
-        ("GPUSPAN_PROMETHEUS_ADDR", "everywhere", "127.0.0.1:9464"),
-        ("WORLD_SIZE", "eight", "whole number"),
-        ("GPUSPAN_RUN_ID", "../escape", "without path separators"),
-    ];
-    for (var, value, hint) in cases {
-        let mut env = vec![(*var, *value)];
+    // Each line: a variable, the value it is set to, and a hint the error must give.
+    let cases = "\
+        GPUSPAN_SAMPLE_INTERVAL=fast => 5ms
+        GPUSPAN_SAMPLE_INTERVAL=10us => at least 100us
+        GPUSPAN_POWER_INTERVAL=0 => at least 100us, such as 20ms
+        GPUSPAN_POWER_INTERVAL=-20ms => 5ms
+        GPUSPAN_POWER_INTERVAL=20 watts => 5ms
+        GPUSPAN_POWER_INTERVAL=99999999999999999999s => at most a day
+        OTEL_EXPORTER_OTLP_TIMEOUT=10s => milliseconds
+        OTEL_EXPORTER_OTLP_PROTOCOL=udp => grpc or http/protobuf
+        OTEL_EXPORTER_OTLP_PROTOCOL=http/json => not supported
+        OTEL_TRACES_EXPORTER=jaeger => otlp, console or none
+        OTEL_SDK_DISABLED=maybe => true or false
+        OTEL_METRIC_EXPORT_INTERVAL=-1 => milliseconds
+        OTEL_RESOURCE_ATTRIBUTES=team => key=value
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector => http://localhost:4317
+        GPUSPAN_DEVICES=cuda:0 => 'cuda:0'
+        GPUSPAN_PROMETHEUS_ADDR=everywhere => 127.0.0.1:9464
+        WORLD_SIZE=eight => whole number
+        GPUSPAN_RUN_ID=../escape => without path separators";
+    for case in cases.lines() {
+        let (setting, hint) = case.trim().split_once(" => ").expect("a case");
+        let (var, value) = setting.split_once('=').expect("a setting");
+        let mut env = vec![(var, value)];
         if var.starts_with("OTEL_EXPORTER_OTLP_P") || var.ends_with("TIMEOUT") {
             env.push(("OTEL_TRACES_EXPORTER", "otlp"));
         }

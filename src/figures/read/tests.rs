@@ -1,11 +1,10 @@
 //! Energy read back from either representation of a span.
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId};
-use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+use opentelemetry::{Array, KeyValue, StringValue, Value};
 use opentelemetry_proto::tonic::common::v1::{
     any_value, AnyValue, ArrayValue, KeyValue as ProtoKeyValue,
 };
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use opentelemetry_sdk::trace::SpanEvents;
 
 use crate::names::{attribute as attr, clock_event};
 use crate::record::{EnergyFigures, GpuId, SpanRecord};
@@ -39,27 +38,8 @@ fn energy_and_throttling_read_alike_from_the_exporter_and_the_run_directory() {
         Vec::new(),
         0,
     ));
-    let data = SpanData {
-        span_context: SpanContext::new(
-            TraceId::from(3_u128),
-            SpanId::from(4),
-            TraceFlags::SAMPLED,
-            false,
-            Default::default(),
-        ),
-        parent_span_id: SpanId::from(5),
-        parent_span_is_remote: false,
-        span_kind: SpanKind::Internal,
-        name: "step".into(),
-        start_time: std::time::SystemTime::UNIX_EPOCH,
-        end_time: std::time::SystemTime::UNIX_EPOCH,
-        attributes: attributes.clone(),
-        dropped_attributes_count: 0,
-        events,
-        links: SpanLinks::default(),
-        status: Status::Unset,
-        instrumentation_scope: InstrumentationScope::builder("gpuspan").build(),
-    };
+    let mut data = crate::figures::tests::span("step", attributes.clone());
+    data.events = events;
     let exported = SpanRecord::from_span_data(&data);
     let expected = EnergyFigures {
         joules: Some(56.5),

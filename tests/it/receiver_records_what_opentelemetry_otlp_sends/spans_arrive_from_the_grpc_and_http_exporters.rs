@@ -4,6 +4,8 @@
 
 use super::*;
 
+use support::receiver::Protocol as Transport;
+
 /// Ends a parent span and, inside it, a child span with one attribute of
 /// each kind tests assert on. Returns the SDK's (trace id, parent span id,
 /// child span id), lower-case hex.
@@ -25,6 +27,71 @@ fn record_parent_and_child(provider: &SdkTracerProvider) -> (String, String, Str
     child.end();
     parent_cx.span().end();
     ids
+}
+
+/// A gRPC span exporter to `receiver`, built with `runtime` entered as building one needs;
+/// exporting does not (see the parent module).
+fn grpc_span_exporter_on(
+    runtime: &tokio::runtime::Runtime,
+    receiver: &Receiver,
+) -> opentelemetry_otlp::SpanExporter {
+    let _entered = runtime.enter();
+    grpc_span_exporter(receiver)
+}
+
+/// How a provider hands the spans to its exporter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Processor {
+    /// In batches, from the processor's own thread.
+    Batch,
+    /// Each span as it ends, from the thread that ends it.
+    Simple,
+}
+
+/// A provider that exports through `exporter` with `processor`, with the test's resource.
+fn provider_exporting_to(
+    exporter: impl SpanExporter + 'static,
+    processor: Processor,
+) -> SdkTracerProvider {
+    let builder = SdkTracerProvider::builder().with_resource(resource());
+    match processor {
+        Processor::Batch => builder.with_batch_exporter(exporter).build(),
+        Processor::Simple => builder.with_simple_exporter(exporter).build(),
+    }
+}
+
+/// Records [`record_parent_and_child`] on a plain test thread through a provider
+/// exporting to a receiver for `transport` with `processor`, and shuts it down. Asserts
+/// the receiver got exactly those spans, in one request for the batch or one per span,
+/// with the API key on every request; returns the requests' headers.
+fn export_parent_and_child(transport: Transport, processor: Processor) -> Vec<RequestHeaders> {
+    let receiver = Receiver::start(transport);
+    let runtime = exporter_runtime();
+    // The exporters poll their exports with no runtime entered, while `runtime` does the
+    // I/O: gRPC's as built, HTTP's through `InRuntime`.
+    let provider = match transport {
+        Transport::Grpc => {
+            provider_exporting_to(grpc_span_exporter_on(&runtime, &receiver), processor)
+        }
+        Transport::Http => {
+            let exporter = InRuntime::new(http_span_exporter(&receiver), &runtime);
+            provider_exporting_to(exporter, processor)
+        }
+    };
+    let ids = record_parent_and_child(&provider);
+    if processor == Processor::Simple {
+        // The simple processor exported each span as it ended, before shutdown.
+        assert_eq!(receiver.trace_requests(), 2);
+    }
+    provider
+        .shutdown()
+        .expect("shutdown flushes to the receiver");
+    let requests = if processor == Processor::Batch { 1 } else { 2 };
+    assert_eq!(receiver.trace_requests(), requests);
+    assert_parent_and_child(&receiver, ids);
+    let headers = receiver.headers();
+    assert_api_key_on_every_request(&headers);
+    headers
 }
 
 /// Asserts the receiver holds exactly the spans of [`record_parent_and_child`].
@@ -72,53 +139,14 @@ fn assert_parent_and_child(receiver: &Receiver, ids: (String, String, String)) {
 
 #[test]
 fn grpc_batch_exporter_spans_arrive_with_parent_link_typed_attributes_and_metadata() {
-    let receiver = Receiver::start_grpc();
-    let runtime = exporter_runtime();
-    // Building needs the runtime entered; exporting does not (see below).
-    let exporter = {
-        let _entered = runtime.enter();
-        grpc_span_exporter(&receiver)
-    };
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(resource())
-        .build();
-
-    // Spans end on this plain test thread; the batch processor's own thread
-    // polls the export with no runtime entered, while `runtime` does the I/O.
-    let ids = record_parent_and_child(&provider);
-    provider
-        .shutdown()
-        .expect("shutdown flushes to the receiver");
-
-    assert_eq!(receiver.trace_requests(), 1);
-    assert_parent_and_child(&receiver, ids);
-    let headers = receiver.headers();
-    assert_api_key_on_every_request(&headers);
+    let headers = export_parent_and_child(Transport::Grpc, Processor::Batch);
     assert!(headers.iter().all(|h| h.signal == Signal::Traces));
     assert_eq!(headers[0].get("content-type"), Some("application/grpc"));
 }
 
 #[test]
 fn grpc_simple_exporter_exports_from_the_thread_that_ends_the_span() {
-    let receiver = Receiver::start_grpc();
-    let runtime = exporter_runtime();
-    let exporter = {
-        let _entered = runtime.enter();
-        grpc_span_exporter(&receiver)
-    };
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter)
-        .with_resource(resource())
-        .build();
-
-    let ids = record_parent_and_child(&provider);
-    // The simple processor exported each span as it ended, before shutdown.
-    assert_eq!(receiver.trace_requests(), 2);
-    provider.shutdown().expect("shutdown");
-
-    assert_parent_and_child(&receiver, ids);
-    assert_api_key_on_every_request(&receiver.headers());
+    export_parent_and_child(Transport::Grpc, Processor::Simple);
 }
 
 #[test]
@@ -158,24 +186,7 @@ async fn grpc_exporter_tied_to_a_blocked_current_thread_runtime_exports_nothing(
 
 #[test]
 fn http_batch_exporter_spans_arrive_when_exports_run_in_a_runtime() {
-    let receiver = Receiver::start_http();
-    let runtime = exporter_runtime();
-    // Building the HTTP exporter needs no runtime.
-    let exporter = InRuntime::new(http_span_exporter(&receiver), &runtime);
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(resource())
-        .build();
-
-    let ids = record_parent_and_child(&provider);
-    provider
-        .shutdown()
-        .expect("shutdown flushes to the receiver");
-
-    assert_eq!(receiver.trace_requests(), 1);
-    assert_parent_and_child(&receiver, ids);
-    let headers = receiver.headers();
-    assert_api_key_on_every_request(&headers);
+    let headers = export_parent_and_child(Transport::Http, Processor::Batch);
     assert_eq!(
         headers[0].get("content-type"),
         Some("application/x-protobuf")
@@ -184,19 +195,7 @@ fn http_batch_exporter_spans_arrive_when_exports_run_in_a_runtime() {
 
 #[test]
 fn http_simple_exporter_spans_arrive_when_exports_run_in_a_runtime() {
-    let receiver = Receiver::start_http();
-    let runtime = exporter_runtime();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(InRuntime::new(http_span_exporter(&receiver), &runtime))
-        .with_resource(resource())
-        .build();
-
-    let ids = record_parent_and_child(&provider);
-    assert_eq!(receiver.trace_requests(), 2);
-    provider.shutdown().expect("shutdown");
-
-    assert_parent_and_child(&receiver, ids);
-    assert_api_key_on_every_request(&receiver.headers());
+    export_parent_and_child(Transport::Http, Processor::Simple);
 }
 
 #[tokio::test]
@@ -207,10 +206,7 @@ async fn inside_a_tokio_test_exporters_work_on_a_runtime_of_their_own() {
     // (tokio panics: "Cannot drop a runtime in a context where blocking is
     // not allowed"), hence `shutdown_background` below.
     let runtime = exporter_runtime();
-    let grpc_exporter = {
-        let _entered = runtime.enter();
-        InRuntime::new(grpc_span_exporter(&grpc), &runtime)
-    };
+    let grpc_exporter = InRuntime::new(grpc_span_exporter_on(&runtime, &grpc), &runtime);
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(grpc_exporter)
         .with_batch_exporter(InRuntime::new(http_span_exporter(&http), &runtime))
