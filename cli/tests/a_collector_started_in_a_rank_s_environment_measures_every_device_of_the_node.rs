@@ -4,12 +4,12 @@
 //! receives still gets the figures of every device, not only the rank's.
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gpuspan_test_support as support;
 
 use gpuspan_cli::collect::Collector;
-use support::raw_http::post;
+use support::otlp_json::{one_span, send, unix_nanos};
 use support::traces::read_spans;
 
 /// Two H100s, as `nvidia-smi --query-gpu` lists them.
@@ -17,13 +17,6 @@ const TWO_GPUS: &str = "\
 0, GPU-5f8e3a7c-2b1d-4e6f-9a0b-c3d4e5f60718, NVIDIA H100 80GB HBM3, 71234, 81559, 98
 1, GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9, NVIDIA H100 80GB HBM3, 70988, 81559, 97
 ";
-
-fn unix_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
 
 /// The attribute keys of every span written under `runs`.
 fn span_keys(runs: &std::path::Path) -> Vec<Vec<String>> {
@@ -71,22 +64,10 @@ fn a_span_gets_both_devices_figures_under_local_rank_1() {
     let start = unix_nanos();
     std::thread::sleep(Duration::from_millis(1200));
     let end = unix_nanos();
-    let body = serde_json::json!({
-        "resourceSpans": [{"scopeSpans": [{"spans": [{
-            "traceId": "5b8efff798038103d269b633813fc60c",
-            "spanId": "eee19b7ec3c1b174",
-            "name": "generate",
-            "startTimeUnixNano": start.to_string(),
-            "endTimeUnixNano": end.to_string()
-        }]}]}]
-    });
-    let reply = post(
+    send(
         collector.http_addr().unwrap(),
-        "/v1/traces",
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
+        &one_span("generate", start, end),
     );
-    assert_eq!(reply.status, 200, "{reply:?}");
     let stats = collector.shutdown(Duration::from_secs(5));
     assert_eq!(stats.spans_forwarded, 1, "{stats:?}");
     let spans = span_keys(runs.path());

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Child, ChildStderr, ExitStatus, Stdio};
 
 use crate::example::clean_command;
+use crate::fake_nvml::FakeNvml;
 use crate::receiver::unused_port;
 
 /// One MiB in bytes.
@@ -23,6 +24,8 @@ pub struct CollectorProcess {
     pub http: SocketAddr,
     /// The line it printed when it started listening.
     pub banner: String,
+    /// The fake GPUs and the directory of a collector started with its own.
+    own: Option<(FakeNvml, tempfile::TempDir)>,
 }
 
 /// Resident memory of a process, in bytes.
@@ -60,11 +63,32 @@ impl CollectorProcess {
             grpc,
             http,
             banner: banner.clone().unwrap_or_default(),
+            own: None,
         };
         if let Err(before) = banner {
             let _ = process.child.kill();
             panic!("gpuspan collect did not start: {before}");
         }
+        process
+    }
+
+    /// `binary collect` as [`CollectorProcess::start`] starts it, on fake GPUs and in a
+    /// directory of its own, forwarding over gRPC to an address where nothing listens, so
+    /// that what it takes in stays in its queue; its own metrics are not exported.
+    pub fn forwarding_nowhere(binary: &str, args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let fake = FakeNvml::build();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let lib = fake.path().to_string_lossy().into_owned();
+        let nowhere = crate::receiver::unused_endpoint();
+        let mut environment = vec![
+            ("GPUSPAN_NVML_LIB", lib.as_str()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &nowhere),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+        ];
+        environment.extend_from_slice(envs);
+        let mut process = Self::start(binary, args, &environment, dir.path());
+        process.own = Some((fake, dir));
         process
     }
 
@@ -109,6 +133,17 @@ impl CollectorProcess {
         let mut rest = String::new();
         let _ = self.stderr.read_to_string(&mut rest);
         (status, rest)
+    }
+
+    /// Stops it with SIGTERM, checks it ended with exit code 0, and returns the line of its
+    /// summary that counts the spans (`N spans received, ...`).
+    pub fn summary(self) -> String {
+        let (status, rest) = self.stop();
+        assert!(status.success(), "{status}: {rest}");
+        rest.lines()
+            .find(|l| l.contains("spans received"))
+            .unwrap_or_else(|| panic!("no summary: {rest}"))
+            .to_owned()
     }
 }
 

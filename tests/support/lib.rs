@@ -8,14 +8,18 @@ use std::path::{Path, PathBuf};
 
 pub mod cadence;
 pub mod collector_process;
+pub mod commands;
 pub mod counting_alloc;
 pub mod example;
 pub mod fake_nvml;
+pub mod filling_node;
 pub mod go_stack;
 pub mod http;
 pub mod idle_ticker;
 pub mod jaeger_api;
+pub mod json_collector;
 pub mod mlflow;
+pub mod otlp_json;
 pub mod otlp_requests;
 pub mod pictures;
 pub mod power_window;

@@ -6,7 +6,7 @@ use gpuspan_test_support as support;
 
 use gpuspan_cli::collect::Collector;
 use support::fake_nvml::FakeNvml;
-use support::raw_http::post;
+use support::otlp_json::{one_span, send};
 use support::traces::read_spans;
 
 fn start(fake: &FakeNvml, runs: &std::path::Path) -> Collector {
@@ -21,22 +21,8 @@ fn start(fake: &FakeNvml, runs: &std::path::Path) -> Collector {
 
 /// Sends one OTLP/JSON span over HTTP and checks the collector answered 200.
 fn send_a_span(collector: &Collector, name: &str) {
-    let body = serde_json::json!({
-        "resourceSpans": [{"scopeSpans": [{"spans": [{
-            "traceId": "5b8efff798038103d269b633813fc60c",
-            "spanId": "eee19b7ec3c1b174",
-            "name": name,
-            "startTimeUnixNano": "1700000000000000000",
-            "endTimeUnixNano": "1700000000100000000"
-        }]}]}]
-    });
-    let reply = post(
-        collector.http_addr().unwrap(),
-        "/v1/traces",
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
-    );
-    assert_eq!(reply.status, 200, "{reply:?}");
+    let request = one_span(name, 1_700_000_000_000_000_000, 1_700_000_000_100_000_000);
+    send(collector.http_addr().unwrap(), &request);
 }
 
 /// The names of the spans in the run directories under `runs`.

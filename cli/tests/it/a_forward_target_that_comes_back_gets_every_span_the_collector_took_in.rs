@@ -8,30 +8,13 @@ use gpuspan_test_support as support;
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use support::otlp_requests::{sdk_span, traces};
 use support::raw_http::post;
 use support::receiver::Receiver;
 
 /// A request of `spans` spans named `step`, the `i`th of its kind.
 fn request(i: u64, spans: u64) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans: (0..spans)
-                    .map(|j| Span {
-                        trace_id: vec![3; 16],
-                        span_id: (i * 100 + j + 1).to_be_bytes().to_vec(),
-                        name: "step".into(),
-                        start_time_unix_nano: 1,
-                        end_time_unix_nano: 2,
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    traces((0..spans).map(|j| sdk_span(i * 100 + j)).collect())
 }
 
 fn outage_then_recovery(backend: Receiver, protocol: gpuspan::Protocol) {

@@ -5,19 +5,15 @@
 
 use gpuspan_test_support as support;
 
-use std::io::{BufReader, Read};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::{status, Span, Status};
-use support::fake_nvml::FakeNvml;
+use support::collector_process::{CollectorProcess, Memory, MIB};
 use support::otlp_requests::{kv, sdk_span, service_traces};
 use support::raw_http::post;
-
-const MIB: u64 = 1 << 20;
 
 /// The allocator's slack: memory freed but not yet given back to the system, and what the
 /// runtime, the sampler and the buffers of the connections hold.
@@ -50,72 +46,14 @@ fn request_of(bytes: usize) -> ExportTraceServiceRequest {
     service_traces("train", spans)
 }
 
-/// `VmHWM` (peak resident set) and `VmRSS` of `pid`, in bytes.
-fn memory_of(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kib| kib.parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-            * 1024
-    };
-    (field("VmHWM:"), field("VmRSS:"))
-}
-
-struct Collector {
-    child: Child,
-    stderr: BufReader<std::process::ChildStderr>,
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn sixteen_mib_requests_past_the_queue_get_retry_later_and_rss_stays_bounded() {
-    let fake = FakeNvml::build();
-    let dir = tempfile::tempdir().unwrap();
-    let (grpc_port, http_port) = (
-        support::receiver::unused_port(),
-        support::receiver::unused_port(),
-    );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .args([
-            "collect",
-            "--grpc",
-            &format!("127.0.0.1:{grpc_port}"),
-            "--http",
-            &format!("127.0.0.1:{http_port}"),
-        ])
-        .current_dir(dir.path())
-        .env("GPUSPAN_NVML_LIB", fake.path())
-        .env("GPUSPAN_RUN_DIR", dir.path().join("runs"))
-        .env(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            support::receiver::unused_endpoint(),
-        )
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-        .env("OTEL_METRICS_EXPORTER", "none")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let mut collector = Collector {
-        stderr: BufReader::new(child.stderr.take().unwrap()),
-        child,
-    };
-    support::collector_process::read_banner(&mut collector.stderr).unwrap();
+    let collector = CollectorProcess::forwarding_nowhere(env!("CARGO_BIN_EXE_gpuspan"), &[], &[]);
 
     let request = request_of((16 * MIB - 64 * 1024) as usize);
     let body = prost::Message::encode_to_vec(&request);
     assert!(body.len() as u64 <= 16 * MIB);
-    let (_, baseline) = memory_of(pid);
+    let baseline = collector.memory().now;
     let bound = gpuspan_cli::collect::DEFAULT_MAX_QUEUE_BYTES as u64;
     // Besides the queue, what one request in flight holds while it is read, decoded and
     // queued or refused (the test sends one at a time): its body and its decoded form.
@@ -129,7 +67,6 @@ fn sixteen_mib_requests_past_the_queue_get_retry_later_and_rss_stays_bounded() {
         allowance / MIB,
         in_flight / MIB
     );
-    let http: std::net::SocketAddr = ([127, 0, 0, 1], http_port).into();
 
     // More 16 MiB requests than the queue holds, one at a time; once the queue is full
     // the answers are "retry later", and the peak RSS never passes the bound.
@@ -137,12 +74,12 @@ fn sixteen_mib_requests_past_the_queue_get_retry_later_and_rss_stays_bounded() {
     let started = Instant::now();
     for i in 0..40 {
         let reply = post(
-            http,
+            collector.http,
             "/v1/traces",
             &[("Content-Type", "application/x-protobuf")],
             &body,
         );
-        let (peak, now) = memory_of(pid);
+        let Memory { peak, now } = collector.memory();
         eprintln!(
             "request {i}: HTTP {} after {:?}; RSS {} MiB, peak {} MiB",
             reply.status,
@@ -189,7 +126,7 @@ fn sixteen_mib_requests_past_the_queue_get_retry_later_and_rss_stays_bounded() {
         .build()
         .unwrap()
         .block_on(async {
-            let mut client = TraceServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
+            let mut client = TraceServiceClient::connect(format!("http://{}", collector.grpc))
                 .await
                 .unwrap()
                 .max_encoding_message_size(usize::MAX);
@@ -210,19 +147,10 @@ fn sixteen_mib_requests_past_the_queue_get_retry_later_and_rss_stays_bounded() {
         grpc_refused, 1,
         "gRPC answers UNAVAILABLE once the queue is full"
     );
-    let (peak, _) = memory_of(pid);
+    let peak = collector.memory().peak;
     assert!(peak <= limit, "peak RSS {} MiB after gRPC", peak / MIB);
 
-    // SAFETY: signalling our own child process.
-    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) }, 0);
-    let status = collector.child.wait().unwrap();
-    let mut rest = String::new();
-    collector.stderr.read_to_string(&mut rest).unwrap();
-    assert!(status.success(), "{status}: {rest}");
-    let summary = rest
-        .lines()
-        .find(|l| l.contains("spans received"))
-        .unwrap_or_else(|| panic!("no summary: {rest}"));
+    let summary = collector.summary();
     // The count just before `phrase`.
     let number_before = |phrase: &str| -> u64 {
         let (before, _) = summary

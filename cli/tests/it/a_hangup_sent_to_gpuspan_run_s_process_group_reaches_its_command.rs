@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use support::commands::wait_within;
 use support::example::clean_command;
 use support::fake_nvml::FakeNvml;
 use support::terminal::without_a_terminal;
@@ -54,14 +55,7 @@ fn a_sighup_to_gpuspan_s_group_reaches_the_command_and_gpuspan_ends_as_it_did() 
         .unwrap();
     // SAFETY: signals the process group of the gpuspan this test started.
     unsafe { libc::kill(-(gpuspan.id() as libc::pid_t), libc::SIGHUP) };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = gpuspan.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "gpuspan never ended");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_within(&mut gpuspan, Duration::from_secs(60));
     let got = dir.path().join("got").exists();
     if !got {
         // SAFETY: the command this test's gpuspan started, left running.

@@ -7,15 +7,15 @@
 use gpuspan_test_support as support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::Event;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use support::example::{read_spans, train_command};
-use support::fake_nvml::FakeNvml;
+use support::example::{read_spans, train_binary};
+use support::filling_node::{FillingNode, FILLED};
 
 const GIB: u64 = 1 << 30;
 const RANKS: u32 = 4;
@@ -58,37 +58,27 @@ fn events(dir: &Path, name: &str) -> Vec<(Span, Event)> {
         .collect()
 }
 
-fn start_rank(fake: &FakeNvml, root: &Path, live: &Path, rank: u32) -> Child {
+fn start_rank(node: &FillingNode, root: &Path, rank: u32) -> Child {
     let rank_text = rank.to_string();
-    train_command(
+    node.start(
+        train_binary(),
         &["--epochs", "2", "--steps", "150"],
+        root,
         &[
-            ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
-            ("GPUSPAN_RUN_DIR", root.to_str().unwrap()),
             ("GPUSPAN_RUN_ID", "job"),
             ("RANK", &rank_text),
             ("LOCAL_RANK", &rank_text),
             ("WORLD_SIZE", &RANKS.to_string()),
-            ("FAKE_NVML_DEVICES", &RANKS.to_string()),
-            ("FAKE_NVML_TOTAL_MIB", "81920"),
-            ("FAKE_NVML_USED_MIB", "1024"),
-            ("FAKE_NVML_LIVE_FILE", live.to_str().unwrap()),
         ],
     )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("train starts")
 }
 
 #[test]
 fn every_other_rank_is_told_within_a_second_on_its_open_span_and_on_stderr() {
-    let fake = FakeNvml::build();
     let root = tempfile::tempdir().unwrap();
-    let live = root.path().join("live");
-    std::fs::write(&live, "").unwrap();
+    let node = FillingNode::new(root.path(), RANKS);
     let ranks: Vec<Child> = (0..RANKS)
-        .map(|r| start_rank(&fake, root.path(), &live, r))
+        .map(|r| start_rank(&node, root.path(), r))
         .collect();
     let job = root.path().join("job");
 
@@ -102,9 +92,7 @@ fn every_other_rank_is_told_within_a_second_on_its_open_span_and_on_stderr() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(500));
-    let aside = root.path().join("live.new");
-    std::fs::write(&aside, format!("used 3 {}\n", 79 * GIB)).unwrap();
-    std::fs::rename(&aside, &live).unwrap();
+    node.fill(3);
 
     let outputs: Vec<_> = ranks
         .into_iter()
@@ -148,7 +136,7 @@ fn every_other_rank_is_told_within_a_second_on_its_open_span_and_on_stderr() {
         assert_eq!(int(a, "ml.rank"), Some(3));
         assert_eq!(int(a, "ml.step"), step);
         assert_eq!(int(a, "gpu.index"), Some(3));
-        assert_eq!(int(a, "gpu.memory.peak"), Some((79 * GIB) as i64));
+        assert_eq!(int(a, "gpu.memory.peak"), Some(FILLED as i64));
         assert_eq!(int(a, "gpu.memory.limit"), Some((80 * GIB) as i64));
         assert_eq!(
             text(a, "gpu.memory.peer.finding"),

@@ -10,7 +10,6 @@ use gpuspan_test_support as support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use flate2::write::GzEncoder;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
@@ -18,8 +17,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use support::collector_process::{CollectorProcess, Memory, MIB};
-use support::fake_nvml::FakeNvml;
-use support::otlp_requests::{empty_spans_resource, field, kv, traces};
+use support::otlp_json::unix_nanos;
+use support::otlp_requests::{empty_spans_resource, field, kv, sdk_span, traces};
 use support::raw_http::{post, Reply};
 use tonic::codec::CompressionEncoding;
 
@@ -284,19 +283,13 @@ fn memory_line(what: &str, memory: Memory) -> String {
 /// An OTLP/HTTP protobuf request as an SDK's batch processor sends it (512 spans), dated
 /// now.
 fn normal_request() -> Vec<u8> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
+    let now = unix_nanos();
     let spans = (0..512u64)
         .map(|i| Span {
-            trace_id: vec![7; 16],
-            span_id: (i + 1).to_be_bytes().to_vec(),
-            name: "step".into(),
             start_time_unix_nano: now - 2_000_000,
             end_time_unix_nano: now - 1_000_000,
             attributes: vec![kv("ml.step", any_value::Value::IntValue(i as i64))],
-            ..Default::default()
+            ..sdk_span(i)
         })
         .collect();
     prost::Message::encode_to_vec(&traces(spans))
@@ -304,21 +297,7 @@ fn normal_request() -> Vec<u8> {
 
 #[test]
 fn empty_spans_that_decode_to_gigabytes_are_refused_and_memory_stays_bounded() {
-    let fake = FakeNvml::build();
-    let dir = tempfile::tempdir().unwrap();
-    let lib = fake.path().to_string_lossy().into_owned();
-    let down = support::receiver::unused_endpoint();
-    let collector = CollectorProcess::start(
-        env!("CARGO_BIN_EXE_gpuspan"),
-        &[],
-        &[
-            ("GPUSPAN_NVML_LIB", &lib),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &down),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_METRICS_EXPORTER", "none"),
-        ],
-        dir.path(),
-    );
+    let collector = CollectorProcess::forwarding_nowhere(env!("CARGO_BIN_EXE_gpuspan"), &[], &[]);
     let bodies = Bodies::new();
     let baseline = collector.memory();
     // The documented bound: the queue's bound in decoded bytes, plus the bodies of the
@@ -398,12 +377,7 @@ fn empty_spans_that_decode_to_gigabytes_are_refused_and_memory_stays_bounded() {
     );
     assert_eq!(reply.status, 200, "{reply:?}");
 
-    let (status, rest) = collector.stop();
-    assert!(status.success(), "{status}: {rest}");
-    let summary = rest
-        .lines()
-        .find(|l| l.contains("spans received"))
-        .unwrap_or_else(|| panic!("no summary: {rest}"));
+    let summary = collector.summary();
     assert!(
         summary.contains("512 spans received"),
         "only the normal request was received: {summary}"

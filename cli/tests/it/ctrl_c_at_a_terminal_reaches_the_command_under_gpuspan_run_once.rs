@@ -9,9 +9,10 @@ use gpuspan_test_support as support;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::commands::{kept_local, wait_within};
 use support::fake_nvml::FakeNvml;
 use support::terminal::{without_a_terminal, Pty, COUNTER, CTRL_C};
 
@@ -25,16 +26,8 @@ sys.exit(subprocess.call([sys.executable, "-c", sys.argv[1]]))
 
 fn gpuspan_run(dir: &Path, fake: &FakeNvml, command: &[&str]) -> Command {
     let mut gpuspan = Command::new(env!("CARGO_BIN_EXE_gpuspan"));
-    gpuspan
-        .arg("run")
-        .arg("--")
-        .args(command)
-        .current_dir(dir)
-        .env("GPUSPAN_NVML_LIB", fake.path())
-        .env("GPUSPAN_RUN_DIR", dir.join("runs"))
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env("OTEL_TRACES_EXPORTER", "none")
-        .env("OTEL_METRICS_EXPORTER", "none");
+    gpuspan.arg("run").arg("--").args(command);
+    kept_local(&mut gpuspan, dir, fake.path());
     // SAFETY: resetting the disposition is async-signal-safe. The test harness may have
     // been started with SIGINT ignored (a shell without job control), which the child
     // would inherit.
@@ -69,20 +62,6 @@ fn state(pid: libc::pid_t) -> String {
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .unwrap_or("gone")
         .to_owned()
-}
-
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("gpuspan run did not end within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// How SIGINT is sent to gpuspan once the command is ready.
@@ -144,7 +123,7 @@ fn count_sigints(mut gpuspan: Command, dir: &Path, terminal: bool, sent: Sent) -
     }
     std::thread::sleep(Duration::from_millis(300));
     support::signalled::send(pid, libc::SIGCONT);
-    let status = wait_with_timeout(&mut child, Duration::from_secs(60));
+    let status = wait_within(&mut child, Duration::from_secs(60));
     let count = std::fs::read_to_string(dir.join("count")).unwrap_or_default();
     // Once every process holding the terminal has ended, reading it fails and the drain ends.
     let output = output.map(|o| o.join().unwrap()).unwrap_or_default();

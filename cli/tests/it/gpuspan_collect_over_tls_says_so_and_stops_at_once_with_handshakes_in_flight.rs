@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::collector_process::CollectorProcess;
 use support::fake_nvml::FakeNvml;
+use support::setup;
 use support::tls::TestPki;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_gpuspan");
@@ -79,22 +80,16 @@ fn silent_connections_hold_neither_a_program_s_spans_nor_sigterm() {
     let _http = silent(collector.http, 20);
 
     // A program's span still gets through while they wait.
-    let telemetry = gpuspan::Telemetry::builder()
+    let builder = gpuspan::Telemetry::builder()
         .endpoint(format!("https://{}", collector.http))
         .protocol(gpuspan::Protocol::HttpProtobuf)
         .certificate(pki.ca_file())
         .nvml_lib("/nonexistent/libnvidia-ml.so.1")
         .sysfs_root("/nonexistent/sys")
-        .summary(false)
-        .build()
-        .unwrap();
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        let subscriber = tracing_subscriber::registry().with(telemetry.layer());
-        tracing::subscriber::with_default(subscriber, || {
-            let _step = gpuspan::step_span!(0);
-        });
-    }
+        .summary(false);
+    let (telemetry, ()) = setup::run(builder, |_| {
+        let _step = gpuspan::step_span!(0);
+    });
     telemetry
         .shutdown()
         .expect("the span got through beside the silent connections");

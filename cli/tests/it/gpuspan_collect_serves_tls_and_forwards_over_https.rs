@@ -7,8 +7,8 @@ use gpuspan_test_support as support;
 use std::time::Duration;
 
 use support::receiver::{Protocol, Receiver};
+use support::setup;
 use support::tls::TestPki;
-use tracing_subscriber::layer::SubscriberExt;
 
 #[test]
 fn a_program_s_step_reaches_an_https_backend_through_a_tls_collector_over_http() {
@@ -36,7 +36,7 @@ fn step_through_a_tls_collector(sent_as: gpuspan::Protocol) {
         .start()
         .unwrap();
 
-    let telemetry = gpuspan::Telemetry::builder()
+    let builder = gpuspan::Telemetry::builder()
         .nvml_lib("/nonexistent/libnvidia-ml.so.1")
         .sysfs_root("/nonexistent/sys")
         .service_name("tls-trainer")
@@ -46,11 +46,8 @@ fn step_through_a_tls_collector(sent_as: gpuspan::Protocol) {
         })
         .protocol(sent_as)
         .certificate(pki.ca_file())
-        .summary(false)
-        .build()
-        .unwrap();
-    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
-    tracing::subscriber::with_default(subscriber, || {
+        .summary(false);
+    let (telemetry, ()) = setup::run(builder, |_| {
         let _step = gpuspan::step_span!(0);
         std::thread::sleep(Duration::from_millis(20));
     });

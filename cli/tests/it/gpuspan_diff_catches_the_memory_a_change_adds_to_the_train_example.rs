@@ -8,12 +8,13 @@ use std::process::Command;
 
 use gpuspan_test_support as support;
 
-use support::example::run_train;
+use support::commands::{outcome, succeeded};
+use support::example::train_command;
 use support::fake_nvml::FakeNvml;
 
 /// Runs `train` into `root/<id>` with the device at `used_mib` throughout.
 fn train(fake: &FakeNvml, root: &Path, id: &str, used_mib: &str) {
-    let out = run_train(
+    succeeded(&mut train_command(
         &["--epochs", "2", "--steps", "4", "--batch-size", "16,32"],
         &[
             ("GPUSPAN_RUN_DIR", root.to_str().unwrap()),
@@ -22,26 +23,16 @@ fn train(fake: &FakeNvml, root: &Path, id: &str, used_mib: &str) {
             ("FAKE_NVML_USED_MIB", used_mib),
             ("FAKE_NVML_POWER_W", "0"),
         ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ));
 }
 
 fn diff(root: &Path, base: &str, new: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .arg("diff")
-        .arg(root.join(base))
-        .arg(root.join(new))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    outcome(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .arg("diff")
+            .arg(root.join(base))
+            .arg(root.join(new))
+            .args(args),
     )
 }
 

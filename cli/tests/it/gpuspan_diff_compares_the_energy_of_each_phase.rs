@@ -8,20 +8,18 @@ use gpuspan_test_support as support;
 use std::path::Path;
 use std::process::Command;
 
+use support::commands::outcome;
 use support::power_window::run_epoch;
 
 fn diff(root: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .arg("diff")
-        .arg(root.join("base"))
-        .arg(root.join("new"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
+    let (code, stdout, stderr) = outcome(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .arg("diff")
+            .arg(root.join("base"))
+            .arg(root.join("new"))
+            .args(args),
+    );
+    (code, stdout + &stderr)
 }
 
 #[test]

@@ -5,20 +5,16 @@
 use std::path::Path;
 use std::process::Command;
 
+use gpuspan_test_support::commands::outcome;
 use gpuspan_test_support::traces::{flat, write_lines, Mem, Trace, GIB};
 
 fn diff(base: &Path, new: &Path) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .arg("diff")
-        .arg(base)
-        .arg(new)
-        .args(["--max-increase", "5%"])
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    outcome(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .arg("diff")
+            .arg(base)
+            .arg(new)
+            .args(["--max-increase", "5%"]),
     )
 }
 

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use gpuspan_test_support::commands::outcome;
 use gpuspan_test_support::traces::{Mem, Trace, GIB, MIB};
 
 /// Two epochs of three steps: step `k` (0 to 5, across the epochs) starts at 2 GiB + k MiB
@@ -36,20 +37,21 @@ fn run(dir: &Path, forward_peak: i64) {
 }
 
 fn diff(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .arg("diff")
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    outcome(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .arg("diff")
+            .args(args),
     )
 }
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// The lines that open what `gpuspan diff` prints for [`pair`]'s runs, then a blank line.
+fn named(base: &str, new: &str) -> String {
+    let base = format!("base: {base} (14 spans with memory figures)\n");
+    base + &format!("new:  {new} (14 spans with memory figures)\n\n")
 }
 
 /// The base and new runs in a temporary directory; `grown` is the new run's forward peak.
@@ -67,11 +69,8 @@ fn equal_runs_pass_with_every_change_zero() {
     let (_root, base, new) = pair(5 * GIB / 2);
     let (code, stdout, stderr) = diff(&[&base, &new, "--max-increase", "5%"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
-    let expected = format!(
-        "base: {base} (14 spans with memory figures)
-new:  {new} (14 spans with memory figures)
-
-phase    device  compared  figure     base      new  change  limit
+    let expected = named(&base, &new)
+        + "phase    device  compared  figure     base      new  change  limit
 step     all            6  peak    3.0 GiB  3.0 GiB     0 B  5%: ok
 step     all            6  growth  6.0 MiB  6.0 MiB     0 B
 forward  all            6  peak    2.5 GiB  2.5 GiB     0 B  5%: ok
@@ -82,8 +81,7 @@ epoch    all            2  growth  6.0 MiB  6.0 MiB     0 B
 worst step in base: epoch 0 step 0, 3.0 GiB (trace 000000000000000000000000d1ff0000)
 worst step in new: epoch 0 step 0, 3.0 GiB (trace 000000000000000000000000d1ff0000)
 within the limits
-"
-    );
+";
     assert_eq!(stdout, expected);
     assert_eq!(stderr, "");
 }
@@ -92,13 +90,8 @@ within the limits
 fn a_forward_pass_5_percent_higher_fails_a_2_percent_limit_and_passes_5() {
     // 2.5 GiB + 5 % = 2.625 GiB: 128 MiB more.
     let (_root, base, new) = pair(5 * GIB / 2 + 128 * MIB);
-    let (code, stdout, stderr) = diff(&[&base, &new, "--max-increase", "2%"]);
-    assert_eq!(code, 1, "{stdout}{stderr}");
-    let expected = format!(
-        "base: {base} (14 spans with memory figures)
-new:  {new} (14 spans with memory figures)
-
-phase    device  compared  figure     base      new             change  limit
+    let expected = named(&base, &new)
+        + "phase    device  compared  figure     base      new             change  limit
 step     all            6  peak    3.0 GiB  3.0 GiB                0 B  2%: ok
 step     all            6  growth  6.0 MiB  6.0 MiB                0 B
 forward  all            6  peak    2.5 GiB  2.6 GiB  +128 MiB (+5.0 %)  2%: past
@@ -110,8 +103,9 @@ worst step in base: epoch 0 step 0, 3.0 GiB (trace 000000000000000000000000d1ff0
 worst step in new: epoch 0 step 0, 3.0 GiB (trace 000000000000000000000000d1ff0000)
 past the limit: forward peak +128 MiB (+5.0 %) (limit 2%)
 1 figure past the limit
-"
-    );
+";
+    let (code, stdout, stderr) = diff(&[&base, &new, "--max-increase", "2%"]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
     assert_eq!(stdout, expected);
 
     // Exactly 5 % is within a 5 % limit; a byte more is not.

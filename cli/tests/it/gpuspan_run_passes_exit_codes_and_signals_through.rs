@@ -8,6 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::fake_nvml::FakeNvml;
+use support::otlp_json::int;
+use support::traces::read_spans;
 
 fn gpuspan_run(dir: &std::path::Path, fake: &FakeNvml, script: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gpuspan"));
@@ -26,27 +28,9 @@ fn gpuspan_run(dir: &std::path::Path, fake: &FakeNvml, script: &str) -> Command 
 fn spans_in(dir: &std::path::Path) -> Vec<serde_json::Value> {
     let mut spans = Vec::new();
     for run in std::fs::read_dir(dir.join("runs")).unwrap() {
-        let text = std::fs::read_to_string(run.unwrap().path().join("traces.jsonl")).unwrap();
-        for line in text.lines() {
-            let request: serde_json::Value = serde_json::from_str(line).unwrap();
-            for rs in request["resourceSpans"].as_array().unwrap() {
-                for ss in rs["scopeSpans"].as_array().unwrap() {
-                    spans.extend(ss["spans"].as_array().unwrap().iter().cloned());
-                }
-            }
-        }
+        spans.extend(read_spans(&run.unwrap().path().join("traces.jsonl")));
     }
     spans
-}
-
-fn int_attr(span: &serde_json::Value, key: &str) -> Option<i64> {
-    span["attributes"]
-        .as_array()?
-        .iter()
-        .find(|kv| kv["key"] == key)?["value"]["intValue"]
-        .as_str()?
-        .parse()
-        .ok()
 }
 
 #[test]
@@ -63,12 +47,12 @@ fn the_exit_code_is_returned_and_an_uninstrumented_command_gets_a_run_span() {
     assert_eq!(spans.len(), 1, "{spans:#?}");
     let run = &spans[0];
     assert_eq!(run["name"], "run");
-    assert_eq!(int_attr(run, "process.exit.code"), Some(7));
+    assert_eq!(int(run, "process.exit.code"), Some(7));
     assert_eq!(
         run["status"]["code"], 2,
         "an exit code other than 0 is an error"
     );
-    assert_eq!(int_attr(run, "gpu.memory.peak"), Some(3000 << 20));
+    assert_eq!(int(run, "gpu.memory.peak"), Some(3000 << 20));
 }
 
 fn passes_on(signal: libc::c_int, name: &str, code: i32) {
@@ -99,10 +83,7 @@ fn passes_on(signal: libc::c_int, name: &str, code: i32) {
     );
     assert!(sent.elapsed() < Duration::from_secs(10));
     let spans = spans_in(dir.path());
-    assert_eq!(
-        int_attr(&spans[0], "process.exit.code"),
-        Some(i64::from(code))
-    );
+    assert_eq!(int(&spans[0], "process.exit.code"), Some(i64::from(code)));
 }
 
 #[test]

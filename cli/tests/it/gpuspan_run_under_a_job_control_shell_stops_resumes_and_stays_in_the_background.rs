@@ -11,8 +11,10 @@ use gpuspan_test_support as support;
 
 use std::path::Path;
 use std::process::{Child, Command};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use support::commands::kept_local;
 use support::fake_nvml::FakeNvml;
 use support::terminal::{Pty, COUNTER, CTRL_C, CTRL_Z, JOB_SHELL};
 
@@ -29,73 +31,109 @@ runs = [subprocess.Popen(command, cwd=d, preexec_fn=default) for d in ("a", "b")
 sys.exit(max(run.wait() for run in runs))
 "#;
 
-/// The job shell on a new terminal, running `gpuspan run -- python3 -c COUNTER` as a job
-/// in the foreground (`fg`) or the background (`bg`); files go to `dir`.
-fn shell(dir: &Path, fake: &FakeNvml, mode: &str, pty: &Pty) -> Child {
-    let gpuspan = env!("CARGO_BIN_EXE_gpuspan");
-    shell_running(
-        dir,
-        fake,
-        mode,
-        pty,
-        &[gpuspan, "run", "--", "python3", "-c", COUNTER],
-    )
+/// The job shell on a new terminal of its own, in a directory of its own, running a job.
+struct Session {
+    dir: tempfile::TempDir,
+    pty: Pty,
+    shell: Child,
+    /// What the terminal showed, once every program on it has ended.
+    output: Option<JoinHandle<String>>,
+    _fake: FakeNvml,
 }
 
-/// The job shell running `job` as a job.
-fn shell_running(dir: &Path, fake: &FakeNvml, mode: &str, pty: &Pty, job: &[&str]) -> Child {
-    let mut command = Command::new("python3");
-    command
-        .args(["-c", JOB_SHELL])
-        .arg(dir)
-        .arg(mode)
-        .args(job)
-        .current_dir(dir)
-        .env("GPUSPAN_NVML_LIB", fake.path())
-        .env("GPUSPAN_RUN_DIR", dir.join("runs"))
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env("OTEL_TRACES_EXPORTER", "none")
-        .env("OTEL_METRICS_EXPORTER", "none");
-    pty.session_leader(&mut command);
-    command.spawn().unwrap()
-}
-
-/// Waits for `path` to exist, while `shell` runs; returns its text.
-fn wait_for(path: &Path, shell: &mut Child) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            return text;
+impl Session {
+    /// The job shell running `job` as a job in the foreground (`fg`) or the background
+    /// (`bg`), in a new directory that holds the directories `subdirs` (where the job's
+    /// commands run).
+    fn start(mode: &str, job: &[&str], subdirs: &[&str]) -> Session {
+        let fake = FakeNvml::build();
+        let dir = tempfile::tempdir().unwrap();
+        for subdir in subdirs {
+            std::fs::create_dir(dir.path().join(subdir)).unwrap();
         }
-        if let Some(status) = shell.try_wait().unwrap() {
-            panic!(
-                "the shell ended ({status}) before {} appeared",
+        let pty = Pty::open();
+        let mut command = Command::new("python3");
+        command
+            .args(["-c", JOB_SHELL])
+            .arg(dir.path())
+            .arg(mode)
+            .args(job);
+        kept_local(&mut command, dir.path(), fake.path());
+        pty.session_leader(&mut command);
+        let shell = command.spawn().unwrap();
+        let output = Some(pty.drain());
+        Session {
+            dir,
+            pty,
+            shell,
+            output,
+            _fake: fake,
+        }
+    }
+
+    /// The job shell running `gpuspan run -- python3 -c COUNTER` as a job in `mode`.
+    fn counter(mode: &str) -> Session {
+        let gpuspan = env!("CARGO_BIN_EXE_gpuspan");
+        Session::start(mode, &[gpuspan, "run", "--", "python3", "-c", COUNTER], &[])
+    }
+
+    /// Waits for the file `name` to exist, while the shell runs; returns its text.
+    fn wait_for(&mut self, name: impl AsRef<Path>) -> String {
+        let path = self.dir.path().join(name);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                return text;
+            }
+            if let Some(status) = self.shell.try_wait().unwrap() {
+                panic!(
+                    "the shell ended ({status}) before {} appeared",
+                    path.display()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never appeared",
                 path.display()
             );
+            std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
     }
-}
 
-/// The shell's events, once it has written `last` (or panics after a minute).
-fn events_until(dir: &Path, last: &str, shell: &mut Child) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = std::fs::read_to_string(dir.join("events")).unwrap_or_default();
-        let events: Vec<String> = text.lines().map(str::to_owned).collect();
-        if events.iter().any(|e| e.starts_with(last)) {
-            return events;
+    /// The shell's events, once it has written `last` (or panics after a minute).
+    fn events_until(&mut self, last: &str) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(self.dir.path().join("events")).unwrap_or_default();
+            let events: Vec<String> = text.lines().map(str::to_owned).collect();
+            if events.iter().any(|e| e.starts_with(last)) {
+                return events;
+            }
+            if self.shell.try_wait().unwrap().is_some() || Instant::now() > deadline {
+                let _ = self.shell.kill();
+                panic!("the shell never wrote {last:?}; events: {events:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        if shell.try_wait().unwrap().is_some() || Instant::now() > deadline {
-            let _ = shell.kill();
-            panic!("the shell never wrote {last:?}; events: {events:?}");
+    }
+
+    /// Waits for the job to end and the shell to say whose group then held the terminal,
+    /// and for the shell to end; checks that the counter in each of `subdirs` saw one
+    /// SIGINT. Returns the shell's events and what the terminal showed.
+    fn end(&mut self, subdirs: &[&str]) -> (Vec<String>, String) {
+        let events = self.events_until("foreground");
+        let _ = self.shell.wait();
+        let output = self.output.take().expect("the session ends once");
+        let output = output.join().unwrap();
+        for subdir in subdirs {
+            let count = std::fs::read_to_string(self.dir.path().join(subdir).join("count"))
+                .unwrap_or_default();
+            assert_eq!(
+                count, "1",
+                "SIGINTs the command in {subdir} saw; terminal: {output}"
+            );
         }
-        std::thread::sleep(Duration::from_millis(10));
+        (events, output)
     }
 }
 
@@ -110,34 +148,26 @@ fn state(pid: &str) -> String {
 
 #[test]
 fn ctrl_z_stops_the_job_fg_resumes_it_and_ctrl_c_then_reaches_the_command_once() {
-    let fake = FakeNvml::build();
-    let dir = tempfile::tempdir().unwrap();
-    let pty = Pty::open();
-    let mut shell = shell(dir.path(), &fake, "fg", &pty);
-    let output = pty.drain();
-    let command = wait_for(&dir.path().join("ready"), &mut shell);
-    pty.type_key(CTRL_Z);
-    let events = events_until(dir.path(), "stopped", &mut shell);
+    let mut session = Session::counter("fg");
+    let command = session.wait_for("ready");
+    session.pty.type_key(CTRL_Z);
+    let events = session.events_until("stopped");
     assert_eq!(
         events,
         [format!("stopped {}", libc::SIGTSTP)],
         "the shell sees its job (gpuspan) stopped by SIGTSTP"
     );
     assert_eq!(state(&command), "T", "the command is stopped too");
-    std::fs::write(dir.path().join("fg"), "").unwrap();
-    events_until(dir.path(), "continued", &mut shell);
+    std::fs::write(session.dir.path().join("fg"), "").unwrap();
+    session.events_until("continued");
     let deadline = Instant::now() + Duration::from_secs(30);
     while state(&command) == "T" {
         assert!(Instant::now() < deadline, "the command was never continued");
         std::thread::sleep(Duration::from_millis(10));
     }
     // gpuspan hands the terminal back to the command before it continues it.
-    pty.type_key(CTRL_C);
-    let events = events_until(dir.path(), "foreground", &mut shell);
-    let _ = shell.wait();
-    let output = output.join().unwrap();
-    let count = std::fs::read_to_string(dir.path().join("count")).unwrap_or_default();
-    assert_eq!(count, "1", "SIGINTs the command saw; terminal: {output}");
+    session.pty.type_key(CTRL_C);
+    let (events, output) = session.end(&["."]);
     assert_eq!(
         events,
         [
@@ -153,22 +183,11 @@ fn ctrl_z_stops_the_job_fg_resumes_it_and_ctrl_c_then_reaches_the_command_once()
 
 #[test]
 fn started_in_the_background_it_leaves_the_terminal_to_the_shell_and_is_never_stopped() {
-    let fake = FakeNvml::build();
-    let dir = tempfile::tempdir().unwrap();
-    let pty = Pty::open();
-    let mut shell = shell(dir.path(), &fake, "bg", &pty);
-    let output = pty.drain();
-    wait_for(&dir.path().join("ready"), &mut shell);
-    let gpuspan: i32 = wait_for(&dir.path().join("job"), &mut shell)
-        .trim()
-        .parse()
-        .unwrap();
+    let mut session = Session::counter("bg");
+    session.wait_for("ready");
+    let gpuspan: i32 = session.wait_for("job").trim().parse().unwrap();
     support::signalled::send(gpuspan, libc::SIGINT);
-    let events = events_until(dir.path(), "foreground", &mut shell);
-    let _ = shell.wait();
-    let output = output.join().unwrap();
-    let count = std::fs::read_to_string(dir.path().join("count")).unwrap_or_default();
-    assert_eq!(count, "1", "SIGINTs the command saw; terminal: {output}");
+    let (events, output) = session.end(&["."]);
     assert_eq!(
         events,
         ["exit 7", "foreground shell"],
@@ -178,27 +197,14 @@ fn started_in_the_background_it_leaves_the_terminal_to_the_shell_and_is_never_st
 
 #[test]
 fn a_script_s_two_gpuspans_leave_the_terminal_to_it_and_ctrl_c_reaches_both_commands_once() {
-    let fake = FakeNvml::build();
-    let dir = tempfile::tempdir().unwrap();
-    for run in ["a", "b"] {
-        std::fs::create_dir(dir.path().join(run)).unwrap();
-    }
-    let pty = Pty::open();
     let gpuspan = env!("CARGO_BIN_EXE_gpuspan");
     let job = ["python3", "-c", SCRIPT, gpuspan, COUNTER];
-    let mut shell = shell_running(dir.path(), &fake, "fg", &pty, &job);
-    let output = pty.drain();
+    let mut session = Session::start("fg", &job, &["a", "b"]);
     for run in ["a", "b"] {
-        wait_for(&dir.path().join(run).join("ready"), &mut shell);
+        session.wait_for(Path::new(run).join("ready"));
     }
-    pty.type_key(CTRL_C);
-    let events = events_until(dir.path(), "foreground", &mut shell);
-    let _ = shell.wait();
-    let output = output.join().unwrap();
-    for run in ["a", "b"] {
-        let count = std::fs::read_to_string(dir.path().join(run).join("count")).unwrap_or_default();
-        assert_eq!(count, "1", "SIGINTs command {run} saw; terminal: {output}");
-    }
+    session.pty.type_key(CTRL_C);
+    let (events, output) = session.end(&["a", "b"]);
     assert_eq!(
         events,
         ["exit 7", "foreground job"],

@@ -12,45 +12,25 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::Trac
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use support::otlp_requests::{sdk_span, traces};
 use support::raw_http::{post, Reply};
 
 const LIMIT: usize = 64 << 10;
 
+/// A request of `spans` spans, each named with `name_len` bytes.
 fn request(spans: usize, name_len: usize) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans: (0..spans)
-                    .map(|i| Span {
-                        trace_id: vec![7; 16],
-                        span_id: vec![i as u8 + 1; 8],
-                        name: "x".repeat(name_len),
-                        start_time_unix_nano: 1,
-                        end_time_unix_nano: 2,
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    let span = |i: usize| Span {
+        name: "x".repeat(name_len),
+        ..sdk_span(i as u64)
+    };
+    traces((0..spans).map(span).collect())
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     gz.write_all(bytes).unwrap();
     gz.finish().unwrap()
-}
-
-/// `google.rpc.Status` as protobuf: the code (field 1) and message (field 2).
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
 }
 
 /// A message whose field 1 (`resource_spans`) holds bytes that are not a `ResourceSpans`.
@@ -97,7 +77,7 @@ fn every_malformed_request_gets_its_error_and_is_counted() {
         400,
         "truncated protobuf",
     );
-    let status: RpcStatus = prost::Message::decode(reply.body.as_slice()).unwrap();
+    let status: tonic_types::Status = prost::Message::decode(reply.body.as_slice()).unwrap();
     assert_eq!(status.code, 3, "INVALID_ARGUMENT");
     assert!(status.message.contains("protobuf"), "{}", status.message);
 

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use support::commands::wait_within;
 use support::example::clean_command;
 use support::fake_nvml::FakeNvml;
 use support::terminal::without_a_terminal;
@@ -67,14 +68,7 @@ fn ends_gpuspan_during_the_drain(signal: libc::c_int) {
     let mut gpuspan = draining_gpuspan(dir.path(), &fake);
     wait_for_the_command_to_be_collected(dir.path(), &mut gpuspan);
     support::signalled::send(gpuspan.id() as i32, signal);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = gpuspan.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "gpuspan never ended");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_within(&mut gpuspan, Duration::from_secs(60));
     assert_eq!(
         status.signal(),
         Some(signal),

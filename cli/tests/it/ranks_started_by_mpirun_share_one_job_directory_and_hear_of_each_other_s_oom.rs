@@ -7,14 +7,12 @@
 use gpuspan_test_support as support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use support::example::{clean_command, read_spans, train_binary};
-use support::fake_nvml::FakeNvml;
-
-const GIB: u64 = 1 << 30;
+use support::example::{read_spans, train_binary};
+use support::filling_node::FillingNode;
 
 /// `mpirun`, or a failure that says how to get it: this test is never skipped.
 fn mpirun() -> &'static str {
@@ -71,13 +69,11 @@ fn int_attribute(
 #[test]
 fn both_ranks_write_under_one_job_directory_and_rank_0_hears_of_rank_1() {
     let mpirun = mpirun();
-    let fake = FakeNvml::build();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("runs");
-    let live = dir.path().join("live");
-    std::fs::write(&live, "").unwrap();
+    let node = FillingNode::new(dir.path(), 2);
     let train = train_binary();
-    let mut job = clean_command(
+    let mut job = node.start(
         mpirun,
         &[
             "--allow-run-as-root",
@@ -90,19 +86,9 @@ fn both_ranks_write_under_one_job_directory_and_rank_0_hears_of_rank_1() {
             "--steps",
             "150",
         ],
-        &[
-            ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
-            ("GPUSPAN_RUN_DIR", root.to_str().unwrap()),
-            ("FAKE_NVML_DEVICES", "2"),
-            ("FAKE_NVML_TOTAL_MIB", "81920"),
-            ("FAKE_NVML_USED_MIB", "1024"),
-            ("FAKE_NVML_LIVE_FILE", live.to_str().unwrap()),
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("mpirun starts");
+        &root,
+        &[],
+    );
 
     // Both ranks are training (their timelines have samples) before rank 1's device fills.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -118,9 +104,7 @@ fn both_ranks_write_under_one_job_directory_and_rank_0_hears_of_rank_1() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(500));
-    let aside = dir.path().join("live.new");
-    std::fs::write(&aside, format!("used 1 {}\n", 79 * GIB)).unwrap();
-    std::fs::rename(&aside, &live).unwrap();
+    node.fill(1);
 
     let deadline = Instant::now() + Duration::from_secs(180);
     while job.try_wait().unwrap().is_none() {

@@ -6,6 +6,7 @@ use gpuspan_test_support as support;
 use std::process::Command;
 use std::time::Duration;
 
+use support::commands::succeeded;
 use support::scripted::scripted;
 use support::setup;
 
@@ -35,20 +36,15 @@ fn svg_and_png_show_the_run() {
     let dir = runs.path().join("pictures");
     let svg = dir.join("run.svg");
     let png = dir.join("run.png");
-    let output = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .arg("report")
-        .arg(&dir)
-        .arg("--svg")
-        .arg(&svg)
-        .arg("--png")
-        .arg(&png)
-        .args(["--width", "900"])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeded(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .arg("report")
+            .arg(&dir)
+            .arg("--svg")
+            .arg(&svg)
+            .arg("--png")
+            .arg(&png)
+            .args(["--width", "900"]),
     );
 
     let svg = std::fs::read_to_string(&svg).unwrap();

@@ -8,7 +8,8 @@ use gpuspan_test_support as support;
 use std::path::Path;
 use std::process::Command;
 
-use support::example::run_train;
+use support::commands::{folded_lines, succeeded};
+use support::example::train_command;
 use support::fake_nvml::FakeNvml;
 
 /// Rank `rank` of a 3-rank job `j1` under `root`: its device holds 1,000 MiB per rank
@@ -16,7 +17,7 @@ use support::fake_nvml::FakeNvml;
 fn rank(fake: &FakeNvml, root: &Path, rank: u32) {
     let used = (1000 * (rank + 1)).to_string();
     let hidden = if rank == 1 { "800" } else { "8" };
-    let out = run_train(
+    succeeded(&mut train_command(
         &["--epochs", "2", "--steps", "3", "--hidden", hidden],
         &[
             ("GPUSPAN_RUN_DIR", root.to_str().unwrap()),
@@ -26,29 +27,16 @@ fn rank(fake: &FakeNvml, root: &Path, rank: u32) {
             ("GPUSPAN_NVML_LIB", fake.path().to_str().unwrap()),
             ("FAKE_NVML_USED_MIB", &used),
         ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ));
 }
 
 fn report(dir: &Path) -> Vec<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .arg("report")
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .arg("report")
+            .arg(dir),
     );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect()
+    folded_lines(&out.stdout)
 }
 
 #[test]

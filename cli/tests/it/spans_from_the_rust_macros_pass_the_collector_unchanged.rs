@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use support::fake_nvml::{FakeNvml, DEFAULT_TOTAL, MIB};
 use support::receiver::Receiver;
-use tracing_subscriber::layer::SubscriberExt;
+use support::setup;
 
 #[test]
 fn a_step_span_keeps_the_figures_it_was_sent_with() {
@@ -29,16 +29,13 @@ fn a_step_span_keeps_the_figures_it_was_sent_with() {
         .start()
         .unwrap();
 
-    let telemetry = gpuspan::Telemetry::builder()
+    let builder = gpuspan::Telemetry::builder()
         .nvml_lib(program_gpu.path())
         .service_name("rust-trainer")
         .endpoint(format!("http://{}", collector.http_addr().unwrap()))
         .protocol(gpuspan::Protocol::Grpc)
-        .summary(false)
-        .build()
-        .unwrap();
-    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
-    tracing::subscriber::with_default(subscriber, || {
+        .summary(false);
+    let (telemetry, ()) = setup::run(builder, |_| {
         let _step = gpuspan::step_span!(0);
         std::thread::sleep(Duration::from_millis(30));
     });

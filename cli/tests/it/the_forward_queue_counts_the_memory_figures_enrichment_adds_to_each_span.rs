@@ -7,12 +7,12 @@
 use gpuspan_test_support as support;
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::{status, Span, Status};
 use support::collector_process::{CollectorProcess, MIB};
-use support::fake_nvml::FakeNvml;
+use support::otlp_json::unix_nanos;
 use support::otlp_requests::{kv, service_traces};
 use support::raw_http::post;
 
@@ -31,10 +31,7 @@ const SLACK: u64 = 48 * MIB;
 
 /// `SPANS` spans as an OpenTelemetry SDK sends them, each ending a millisecond ago.
 fn request_now(sender: usize, sequence: u64) -> Vec<u8> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
+    let now = unix_nanos();
     let spans = (0..SPANS)
         .map(|i| Span {
             trace_id: vec![sender as u8; 16],
@@ -87,22 +84,10 @@ fn sender(http: SocketAddr, index: usize, started: Instant) -> (u64, u64) {
 
 #[test]
 fn eight_devices_of_figures_on_spans_dated_now_stay_within_the_queue_bound() {
-    let fake = FakeNvml::build();
-    let dir = tempfile::tempdir().unwrap();
-    let lib = fake.path().to_string_lossy().into_owned();
-    let down = support::receiver::unused_endpoint();
-    let bound = BOUND.to_string();
-    let collector = CollectorProcess::start(
+    let collector = CollectorProcess::forwarding_nowhere(
         env!("CARGO_BIN_EXE_gpuspan"),
-        &["--max-queue-bytes", &bound],
-        &[
-            ("GPUSPAN_NVML_LIB", &lib),
-            ("FAKE_NVML_DEVICES", "8"),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &down),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_METRICS_EXPORTER", "none"),
-        ],
-        dir.path(),
+        &["--max-queue-bytes", &BOUND.to_string()],
+        &[("FAKE_NVML_DEVICES", "8")],
     );
     let body = request_now(0, 0).len() as u64;
     let baseline = collector.memory();
@@ -150,12 +135,7 @@ fn eight_devices_of_figures_on_spans_dated_now_stay_within_the_queue_bound() {
         (reading + SLACK) / MIB
     );
 
-    let (status, rest) = collector.stop();
-    assert!(status.success(), "{status}: {rest}");
-    let summary = rest
-        .lines()
-        .find(|l| l.contains("spans received"))
-        .unwrap_or_else(|| panic!("no summary: {rest}"));
+    let summary = collector.summary();
     let enriched = summary
         .split_once(" given GPU memory")
         .and_then(|(before, _)| before.rsplit(' ').next())

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use gpuspan::runlog::Role;
 use gpuspan_cli::report::Run;
+use support::commands::succeeded;
 use support::fake_nvml::{FakeNvml, MIB};
 use support::pictures;
 use support::setup;
@@ -89,16 +90,11 @@ fn the_spike_is_a_visible_peak_at_every_zoom_and_its_step_shows_its_peak() {
     };
 
     let started = Instant::now();
-    let output = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .arg("report")
-        .arg(&dir)
-        .arg("--html")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeded(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .arg("report")
+            .arg(&dir)
+            .arg("--html"),
     );
     let page = dir.join("report.html");
     eprintln!("report --html took {:?}", started.elapsed());

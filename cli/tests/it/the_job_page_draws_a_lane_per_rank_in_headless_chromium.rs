@@ -8,7 +8,8 @@ use gpuspan_test_support as support;
 use std::path::Path;
 use std::process::Command;
 
-use support::example::run_train;
+use support::commands::succeeded;
+use support::example::train_command;
 use support::fake_nvml::FakeNvml;
 use support::pictures;
 
@@ -40,15 +41,10 @@ fn rank(fake: &FakeNvml, root: &Path, rank: u32) {
         envs.push(("FAKE_NVML_TIMELINE", timeline.to_str().unwrap().to_owned()));
     }
     let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let out = run_train(
+    succeeded(&mut train_command(
         &["--epochs", "2", "--steps", "20", "--hidden", hidden],
         &envs,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ));
 }
 
 #[test]
@@ -61,16 +57,11 @@ fn a_lane_per_rank_with_the_worst_rank_in_red_and_the_first_out_of_memory_named(
         rank(&fake, root.path(), r);
     }
     let job = root.path().join("j");
-    let output = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .arg("report")
-        .arg(&job)
-        .arg("--html")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeded(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .arg("report")
+            .arg(&job)
+            .arg("--html"),
     );
     let page = job.join("report.html");
     for r in 0..3 {

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::sync::Barrier;
 use std::time::Duration;
 
+use support::commands::{folded_lines, succeeded};
 use support::fake_nvml::reason;
 use support::power_window::{run_epoch, wait_for_power_reads, Drawn};
 
@@ -56,20 +57,12 @@ fn rank(job: &Path, r: u32, collective: &Barrier) -> Drawn {
 }
 
 fn report(args: &[&std::ffi::OsStr]) -> Vec<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .arg("report")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .arg("report")
+            .args(args),
     );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect()
+    folded_lines(&out.stdout)
 }
 
 #[test]

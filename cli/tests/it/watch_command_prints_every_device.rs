@@ -5,23 +5,19 @@ use gpuspan_test_support as support;
 
 use std::process::Command;
 
+use support::commands::succeeded;
 use support::fake_nvml::FakeNvml;
 
 #[test]
 fn prints_used_and_installed_memory_of_every_device() {
     let fake = FakeNvml::build();
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuspan"))
-        .args(["watch", "--every", "20ms", "--count", "3"])
-        .env("GPUSPAN_NVML_LIB", fake.path())
-        .env("FAKE_NVML_DEVICES", "2")
-        .env("FAKE_NVML_USED_MIB", "2048")
-        .env("FAKE_NVML_TOTAL_MIB", "81920")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        Command::new(env!("CARGO_BIN_EXE_gpuspan"))
+            .args(["watch", "--every", "20ms", "--count", "3"])
+            .env("GPUSPAN_NVML_LIB", fake.path())
+            .env("FAKE_NVML_DEVICES", "2")
+            .env("FAKE_NVML_USED_MIB", "2048")
+            .env("FAKE_NVML_TOTAL_MIB", "81920"),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
