@@ -110,16 +110,20 @@ def abandon_open():
         phases.abandon()
 
 
+def _hooked(phases, forward_pre, forward, step_pre, step_post, started, ended):
+    """``phases``, moved along by ``started`` and ``ended`` registered with the forward hook
+    functions and by its optimizer hooks registered with the step hook functions."""
+    phases.handles = [forward_pre(started), forward(ended, always_call=True)]
+    phases.handles += [step_pre(phases.optimizer_started), step_post(phases.optimizer_ended)]
+    return phases
+
+
 def attach(model, optimizer):
     """Phases of the steps that train ``model`` with ``optimizer``."""
     phases = Phases()
-    phases.handles = [
-        model.register_forward_pre_hook(phases.forward_started),
-        model.register_forward_hook(phases.forward_ended, always_call=True),
-        optimizer.register_step_pre_hook(phases.optimizer_started),
-        optimizer.register_step_post_hook(phases.optimizer_ended),
-    ]
-    return phases
+    forward = model.register_forward_pre_hook, model.register_forward_hook
+    step = optimizer.register_step_pre_hook, optimizer.register_step_post_hook
+    return _hooked(phases, *forward, *step, phases.forward_started, phases.forward_ended)
 
 
 def attach_everywhere(torch):
@@ -129,10 +133,6 @@ def attach_everywhere(torch):
     from torch.optim import optimizer
 
     phases = Phases(torch.is_grad_enabled)
-    phases.handles = [
-        nn_module.register_module_forward_pre_hook(phases.any_forward_started),
-        nn_module.register_module_forward_hook(phases.any_forward_ended, always_call=True),
-        optimizer.register_optimizer_step_pre_hook(phases.optimizer_started),
-        optimizer.register_optimizer_step_post_hook(phases.optimizer_ended),
-    ]
-    return phases
+    forward = nn_module.register_module_forward_pre_hook, nn_module.register_module_forward_hook
+    step = optimizer.register_optimizer_step_pre_hook, optimizer.register_optimizer_step_post_hook
+    return _hooked(phases, *forward, *step, phases.any_forward_started, phases.any_forward_ended)

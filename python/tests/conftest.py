@@ -89,6 +89,20 @@ def run_python(code, cwd, env, check=True, timeout=120):
     return proc
 
 
+# A script of two epochs of three steps that never calls shutdown(), recorded as run `{run_id}`.
+TWO_EPOCHS = """
+import gpuspan
+
+gpuspan.init(run_id="{run_id}")
+for epoch in range(2):
+    with gpuspan.epoch(epoch):
+        for step in range(3):
+            with gpuspan.step(step, batch_size=8):
+                pass
+print("trained")
+"""
+
+
 # A training that never imports gpuspan, exits with 5 and prints what it trained.
 TORCH_ONLY = """
 import sys
@@ -102,6 +116,38 @@ for _ in range(3):
 print("trained", round(float(model.weight.sum()), 4))
 sys.exit(5)
 """
+
+
+def run_ranks(tmp_path, script, fake_nvml, lives, timeout, **extra):
+    """Runs ``script`` as ranks 0 to ``len(lives) - 1`` of job ``job`` at once, each with
+    RANK, LOCAL_RANK and WORLD_SIZE and a fake device of its own, whose memory it reads
+    from ``lives[rank]``. Returns the job's run directory and each rank's stderr, once
+    every rank has exited 0."""
+    (tmp_path / "rank.py").write_text(textwrap.dedent(script))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "rank.py"],
+            cwd=tmp_path,
+            env=clean_env(
+                GPUSPAN_NVML_LIB=fake_nvml,
+                FAKE_NVML_DEVICES=len(lives),
+                FAKE_NVML_LIVE_FILE=live,
+                GPUSPAN_RUN_ID="job",
+                RANK=rank,
+                LOCAL_RANK=rank,
+                WORLD_SIZE=len(lives),
+                **extra,
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank, live in enumerate(lives)
+    ]
+    errs = [p.communicate(timeout=timeout)[1] for p in procs]
+    for rank, (p, err) in enumerate(zip(procs, errs)):
+        assert p.returncode == 0, f"rank {rank}: {err}"
+    return tmp_path / "gpuspan-runs" / "job", errs
 
 
 def gpuspan_run(args, cwd, env):
@@ -134,18 +180,27 @@ def interpreter_without_gpuspan(tmp_path):
 
 def read_spans(traces_jsonl):
     """Every span of an OTLP/JSON lines file, as dicts with `attributes` flattened."""
-    spans = []
+    return [span for _, span in spans_with_resources(traces_jsonl)]
+
+
+def spans_with_resources(traces_jsonl):
+    """(resource attributes, span) for every span of an OTLP/JSON lines file, the span as
+    a dict with `attributes` flattened."""
+    out = []
     for line in Path(traces_jsonl).read_text().splitlines():
         if not line.strip():
             continue
         for rs in json.loads(line)["resourceSpans"]:
+            resource = _flattened(rs.get("resource", {}).get("attributes", []))
             for ss in rs["scopeSpans"]:
                 for span in ss["spans"]:
-                    span["attributes"] = {
-                        a["key"]: _json_value(a["value"]) for a in span.get("attributes", [])
-                    }
-                    spans.append(span)
-    return spans
+                    span["attributes"] = _flattened(span.get("attributes", []))
+                    out.append((resource, span))
+    return out
+
+
+def _flattened(attributes):
+    return {a["key"]: _json_value(a["value"]) for a in attributes}
 
 
 def _json_value(value):

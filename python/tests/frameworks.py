@@ -2,7 +2,7 @@
 with (tiny data, and control of the fake NVML's memory from inside the script), and the
 environment they run in."""
 
-from conftest import clean_env
+from conftest import clean_env, read_spans
 
 # Prepended to a training script. `use(mib)` sets device 0's used memory and returns once
 # the sampler has read it and handed the reading out (two reads later): a span open then
@@ -59,8 +59,23 @@ class Model(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 """
 
-# Token ids and labels for a tiny sequence classifier of the Transformers Trainer.
+# A script's start that fits with gpuspan's Lightning callback: the prelude, Lightning as
+# `pl`, `GpuspanCallback` and `Model`.
+LIGHTNING_FIT = (
+    PRELUDE
+    + """
+import lightning.pytorch as pl
+
+from gpuspan.lightning import GpuspanCallback
+"""
+    + LIGHTNING_MODEL
+)
+
+# Token ids and labels for the Transformers Trainer, and `tiny_bert()`, a randomly
+# initialised BERT that classifies them.
 TOKENS = """
+from transformers import BertConfig, BertForSequenceClassification
+
 
 class Tokens(torch.utils.data.Dataset):
     def __init__(self, n):
@@ -73,6 +88,14 @@ class Tokens(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+
+def tiny_bert():
+    config = BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=16, num_labels=2,
+    )
+    return BertForSequenceClassification(config)
 """
 
 
@@ -100,6 +123,19 @@ def by_start(spans, name):
 
 def parent(span):
     return span.get("parentSpanId") or None
+
+
+def three_epochs(tmp_path, steps_of):
+    """Run ``r``'s spans, and its epochs and steps in the order they started, once checked
+    that it has epochs 0, 1 and 2, each the parent of the steps numbered ``steps_of(epoch)``."""
+    spans = read_spans(tmp_path / "gpuspan-runs" / "r" / "traces.jsonl")
+    epochs = by_start(spans, "epoch")
+    assert [e["attributes"]["ml.epoch"] for e in epochs] == [0, 1, 2]
+    steps = by_start(spans, "step")
+    for e, epoch in enumerate(epochs):
+        mine = [s for s in steps if parent(s) == epoch["spanId"]]
+        assert [s["attributes"]["ml.step"] for s in mine] == steps_of(e)
+    return spans, epochs, steps
 
 
 def memory(span):

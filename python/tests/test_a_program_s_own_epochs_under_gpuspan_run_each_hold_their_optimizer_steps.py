@@ -96,25 +96,32 @@ def test_an_oom_that_ends_an_epoch_ends_its_step_with_the_error_first(tmp_path, 
     assert list((tmp_path / "gpuspan-runs" / "job").glob("near-oom-*.json"))
 
 
-# A forward pass with gradients outside the epochs: a lazy module materialised before the
-# loop, and an evaluation without torch.no_grad() after each epoch.
-OUTSIDE = """
+# Three epochs of two optimizer steps each, once `{setup}` has made the model and its
+# optimizer, and a forward pass with gradients on, `{evaluation}`, inside or after each.
+TWO_STEPS_AN_EPOCH = """
 import torch
 import gpuspan
-
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.LazyLinear(32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-model(torch.randn(8, 16))
-optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+{setup}
 for epoch in range(3):
     with gpuspan.epoch(epoch):
         for _ in range(2):
             model(torch.randn(8, 16)).pow(2).mean().backward()
             optimizer.step()
             optimizer.zero_grad()
-    model(torch.randn(8, 16))
+{evaluation}
 print("trained")
 """
+
+# A forward pass with gradients outside the epochs: a lazy module materialised before the
+# loop, and an evaluation without torch.no_grad() after each epoch.
+OUTSIDE = TWO_STEPS_AN_EPOCH.format(
+    setup="""
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.LazyLinear(32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+model(torch.randn(8, 16))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)""",
+    evaluation="    model(torch.randn(8, 16))",
+)
 
 
 def two_steps_an_epoch(tmp_path, fake_nvml, script):
@@ -147,24 +154,16 @@ def test_forward_passes_outside_the_epochs_open_no_step_that_holds_an_epoch(tmp_
 
 # The program's own phases (gpuspan.torch.phases), and an evaluation with gradients on at
 # the end of each epoch: its backward phase is still open when the epoch ends.
-OWN_PHASES = """
-import torch
-import gpuspan
+OWN_PHASES = TWO_STEPS_AN_EPOCH.format(
+    setup="""
 import gpuspan.torch
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-gpuspan.torch.phases(model, optimizer)
-for epoch in range(3):
-    with gpuspan.epoch(epoch):
-        for _ in range(2):
-            model(torch.randn(8, 16)).pow(2).mean().backward()
-            optimizer.step()
-            optimizer.zero_grad()
-        model(torch.randn(8, 16))
-print("trained")
-"""
+gpuspan.torch.phases(model, optimizer)""",
+    evaluation="        model(torch.randn(8, 16))",
+)
 
 
 def test_a_phase_left_open_in_the_step_an_epoch_drops_does_not_take_the_next_epochs_with_it(

@@ -6,10 +6,9 @@ gives the job's figures, the same as the ``gpuspan report`` command prints."""
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
-from conftest import MIB, clean_env, read_spans
+from conftest import MIB, clean_env, read_spans, run_ranks
 
 import gpuspan
 
@@ -52,34 +51,9 @@ def event_attributes(event):
 def test_the_other_ranks_are_told_within_a_second_and_the_report_names_the_first(
     tmp_path, fake_nvml
 ):
-    (tmp_path / "rank.py").write_text(textwrap.dedent(RANK))
     live = tmp_path / "gpu"
     live.write_text("".join(f"used {i} {(i + 1) * 1000 * MIB}\n" for i in range(4)))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "rank.py"],
-            cwd=tmp_path,
-            env=clean_env(
-                GPUSPAN_NVML_LIB=fake_nvml,
-                FAKE_NVML_DEVICES=4,
-                FAKE_NVML_TOTAL_MIB=81920,
-                FAKE_NVML_LIVE_FILE=live,
-                GPUSPAN_RUN_ID="job",
-                RANK=rank,
-                LOCAL_RANK=rank,
-                WORLD_SIZE=4,
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(4)
-    ]
-    outputs = [p.communicate(timeout=120) for p in procs]
-    for rank, (p, (_, err)) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {rank}: {err}"
-
-    job = tmp_path / "gpuspan-runs" / "job"
+    job, errs = run_ranks(tmp_path, RANK, fake_nvml, [live] * 4, 120, FAKE_NVML_TOTAL_MIB=81920)
     (oom_span, oom), = events(job / "rank-3", "gpu.memory.oom")
     assert oom_span["attributes"]["ml.step"] == 20
     for rank in range(3):
@@ -95,7 +69,7 @@ def test_the_other_ranks_are_told_within_a_second_and_the_report_names_the_first
         assert attributes["gpu.memory.peak"] == 4000 * MIB
         assert attributes["gpu.memory.limit"] == 81920 * MIB
         assert attributes["gpu.memory.peer.finding"] == "gpu.memory.oom"
-        err = outputs[rank][1]
+        err = errs[rank]
         lines = [line for line in err.splitlines() if "rank 3" in line]
         assert len(lines) == 1, err
         assert lines[0].startswith("gpuspan: warning: rank 3 (")

@@ -4,7 +4,7 @@ optimizer step it happened in: that step is the last span, it carries the budget
 stderr says why in one line, and a plain loop reads the same from ``stop_requested()``."""
 
 from conftest import read_spans, run_python
-from frameworks import LIGHTNING_MODEL, PRELUDE, TOKENS, by_start, framework_env
+from frameworks import LIGHTNING_FIT, PRELUDE, TOKENS, by_start, framework_env
 
 REASON = (
     "gpuspan: gpu 0 reached 4.9 GiB, over the memory budget of 4.0 GiB "
@@ -12,16 +12,10 @@ REASON = (
 )
 
 LIGHTNING = (
-    PRELUDE
+    LIGHTNING_FIT
     + """
-import lightning.pytorch as pl
-
 import gpuspan
-from gpuspan.lightning import GpuspanCallback
 
-"""
-    + LIGHTNING_MODEL
-    + """
 
 class Scripted(Model):
     def training_step(self, batch, batch_idx):
@@ -45,9 +39,7 @@ print("stop_requested:", gpuspan._telemetry.stop_requested())
 TRANSFORMERS = (
     PRELUDE
     + """
-from transformers import (
-    BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments,
-)
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from gpuspan.transformers import GpuspanCallback
 
@@ -63,17 +55,13 @@ class Spike(TrainerCallback):
             use(1000)
 
 
-config = BertConfig(
-    vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-    intermediate_size=32, max_position_embeddings=16, num_labels=2,
-)
 use(1000, wait=False)
 args = TrainingArguments(
     output_dir="out", num_train_epochs=3, per_device_train_batch_size=2, save_strategy="no",
     logging_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
 )
 trainer = Trainer(
-    model=BertForSequenceClassification(config), args=args, train_dataset=Tokens(10),
+    model=tiny_bert(), args=args, train_dataset=Tokens(10),
     callbacks=[GpuspanCallback(), Spike()],
 )
 trainer.train()

@@ -9,26 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MIB, clean_env, run_python
+from conftest import MIB, TWO_EPOCHS, clean_env, run_python
 
 import gpuspan
-
-SCRIPT = """
-import gpuspan
-
-gpuspan.init(run_id="{run_id}")
-for epoch in range(2):
-    with gpuspan.epoch(epoch):
-        for step in range(3):
-            with gpuspan.step(step, batch_size=8):
-                pass
-print("trained")
-"""
 
 
 def record(tmp_path, fake_nvml, run_id, used_mib):
     env = clean_env(GPUSPAN_NVML_LIB=fake_nvml, FAKE_NVML_USED_MIB=used_mib)
-    run_python(SCRIPT.format(run_id=run_id), tmp_path, env)
+    run_python(TWO_EPOCHS.format(run_id=run_id), tmp_path, env)
     return tmp_path / "gpuspan-runs" / run_id
 
 

@@ -3,17 +3,10 @@ step, covering all the batches accumulated for it (the last, shorter group of an
 included), and `ml.step` counts optimizer steps as `trainer.global_step` does."""
 
 from conftest import read_spans, run_python
-from frameworks import LIGHTNING_MODEL, PRELUDE, by_start, framework_env
+from frameworks import LIGHTNING_FIT, by_start, framework_env
 
 SCRIPT = (
-    PRELUDE
-    + """
-import lightning.pytorch as pl
-
-from gpuspan.lightning import GpuspanCallback
-
-"""
-    + LIGHTNING_MODEL
+    LIGHTNING_FIT
     + """
 
 class Scripted(Model):

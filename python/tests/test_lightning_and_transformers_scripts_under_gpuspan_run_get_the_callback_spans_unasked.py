@@ -32,17 +32,15 @@ print("callbacks:", sorted(type(c).__name__ for c in trainer.callbacks if "Gpusp
 TRANSFORMERS = (
     """
 import torch
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments
 """
     + TOKENS
     + """
 
-config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                    intermediate_size=32, max_position_embeddings=16, num_labels=2)
 args = TrainingArguments(output_dir="out", num_train_epochs=2, per_device_train_batch_size=2,
                          save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,
                          disable_tqdm=True)
-trainer = Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Tokens(8))
+trainer = Trainer(model=tiny_bert(), args=args, train_dataset=Tokens(8))
 trainer.train()
 print("global steps:", trainer.state.global_step)
 """

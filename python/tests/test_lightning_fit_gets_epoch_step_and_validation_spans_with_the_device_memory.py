@@ -3,8 +3,8 @@
 begins), a `validation` span per validation loop under its epoch and one `sanity_check`
 span, each with the memory the fake device was scripted with while it was open."""
 
-from conftest import read_spans, run_python
-from frameworks import PRELUDE, by_start, framework_env, memory, parent
+from conftest import run_python
+from frameworks import PRELUDE, by_start, framework_env, memory, parent, three_epochs
 
 SCRIPT = (
     PRELUDE
@@ -60,16 +60,10 @@ print("owners during training:", sorted(owners, key=str), "after:", _claim.owner
 def test_fit_gets_its_spans(tmp_path, fake_nvml):
     proc = run_python(SCRIPT, tmp_path, framework_env(fake_nvml))
     assert "owners during training: ['lightning'] after: None" in proc.stdout
-    spans = read_spans(tmp_path / "gpuspan-runs" / "r" / "traces.jsonl")
 
-    epochs = by_start(spans, "epoch")
-    assert [e["attributes"]["ml.epoch"] for e in epochs] == [0, 1, 2]
-    steps = by_start(spans, "step")
+    spans, epochs, steps = three_epochs(tmp_path, lambda e: list(range(10 * e, 10 * e + 10)))
     assert len(steps) == 30
-    for e, epoch in enumerate(epochs):
-        mine = [s for s in steps if parent(s) == epoch["spanId"]]
-        assert [s["attributes"]["ml.step"] for s in mine] == list(range(10 * e, 10 * e + 10))
-        assert memory(epoch) == (1000, 3000 + e, 1000)
+    assert [memory(epoch) for epoch in epochs] == [(1000, 3000 + e, 1000) for e in range(3)]
     for step in steps:
         assert memory(step) == (1000, 2000 + step["attributes"]["ml.step"], 1000)
         assert step["attributes"]["gpu.memory.source"] == "nvml"

@@ -2,26 +2,14 @@
 reset_peak()), the peak stack gives every nested span its exact allocator peak, start
 and end; `record_allocator` still feeds the peaks for other frameworks."""
 
+from allocators import CACHING_COUNTERS, figures
 from conftest import MIB, clean_env, read_spans, run_python
 
 from gpuspan._allocator import PeakStack
 
-SCRIPTED = """
-class Scripted:
-    # Counters as a caching allocator keeps them: reserved grows to the highest
-    # allocated figure and is never given back; peaks since the last reset.
-    def __init__(self):
-        self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = 0
+SCRIPTED = CACHING_COUNTERS + """
 
-    def malloc(self, n):
-        self.allocated += n
-        self.reserved = max(self.reserved, self.allocated)
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
-        self.peak_reserved = max(self.peak_reserved, self.reserved)
-
-    def free(self, n):
-        self.allocated -= n
-
+class Scripted(CachingCounters):
     def read(self):
         return (self.allocated, self.reserved, self.peak_allocated, self.peak_reserved)
 
@@ -58,15 +46,6 @@ with gpuspan.epoch(1):
             a.free(20 * MIB)
 telemetry.shutdown()
 """
-
-
-def figures(span):
-    a = span["attributes"]
-    return tuple(
-        a[f"gpu.allocator.{kind}.{edge}"] // MIB
-        for kind in ("allocated", "reserved")
-        for edge in ("start", "peak", "end")
-    )
 
 
 def test_each_span_has_its_own_exact_peak(tmp_path, fake_nvml):

@@ -6,26 +6,15 @@ stand in for the allocator's C counters only (``torch._C._xpu_memoryStats``,
 ``_xpu_resetPeakMemoryStats``, ``_xpu_getDevice``) and mark XPU initialised: everything
 above them, ``torch.xpu.memory_allocated`` and the rest, is the real torch's."""
 
-from conftest import MIB, clean_env, read_spans, run_python
+from allocators import CACHING_COUNTERS, figures
+from conftest import clean_env, read_spans, run_python
 
 FAKE_XPU = """
 import torch
+""" + CACHING_COUNTERS + """
 
-class Counters:
-    # One device's counters as the XPU caching allocator keeps them: reserved grows to the
-    # highest allocated figure and is never given back; peaks since the last reset.
-    def __init__(self):
-        self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = 0
-
-    def malloc(self, n):
-        self.allocated += n
-        self.reserved = max(self.reserved, self.allocated)
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
-        self.peak_reserved = max(self.peak_reserved, self.reserved)
-
-    def free(self, n):
-        self.allocated -= n
-
+class Counters(CachingCounters):
+    # One device's counters, read and reset as the XPU caching allocator's C calls do.
     def stats(self, device):
         assert device == 1, device
         return {
@@ -44,15 +33,6 @@ torch._C._xpu_resetPeakMemoryStats = xpu.reset
 torch._C._xpu_getDevice = lambda: 1
 torch.xpu._initialized = True
 """
-
-
-def figures(span):
-    a = span["attributes"]
-    return tuple(
-        a[f"gpu.allocator.{kind}.{edge}"] // MIB
-        for kind in ("allocated", "reserved")
-        for edge in ("start", "peak", "end")
-    )
 
 
 def test_the_xpu_allocator_reads_what_torch_xpu_reports(tmp_path):

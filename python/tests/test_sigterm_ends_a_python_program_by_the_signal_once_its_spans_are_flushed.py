@@ -14,6 +14,7 @@ import time
 
 import pytest
 from conftest import attributes, clean_env, read_spans
+from frameworks import LIGHTNING_MODEL
 
 # Five completed steps inside an epoch that stays open, then `WAIT`.
 STEPS_THEN = """
@@ -161,20 +162,7 @@ import torch
 import lightning.pytorch as pl
 
 from gpuspan.lightning import GpuspanCallback
-
-
-class Model(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
+""" + LIGHTNING_MODEL + """
 
 data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 1))
 trainer = pl.Trainer(

@@ -6,12 +6,12 @@ alone would leave the other in its next all-reduce. Lightning's ``strategy="ddp"
 Transformers ``Trainer`` under ``torchrun``, both under ``gpuspan run``, which adds the
 callbacks unasked."""
 
-import json
 import re
 import subprocess
 import sys
 import textwrap
 
+from conftest import spans_with_resources
 from frameworks import LIGHTNING_MODEL, PRELUDE, TOKENS, framework_env
 
 # `over_budget_on(device)`: the fake device of this rank reads 5000 MiB (over the 4 GiB
@@ -49,9 +49,7 @@ print(f"rank {trainer.global_rank} global_step: {trainer.global_step}", flush=Tr
 """
 
 TRANSFORMERS = PRELUDE + SPIKE + """
-from transformers import (
-    BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments,
-)
+from transformers import Trainer, TrainerCallback, TrainingArguments
 """ + TOKENS + """
 
 class Spike(TrainerCallback):
@@ -60,16 +58,12 @@ class Spike(TrainerCallback):
             over_budget_on(1)
 
 
-config = BertConfig(
-    vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-    intermediate_size=32, max_position_embeddings=16, num_labels=2,
-)
 args = TrainingArguments(
     output_dir="out", num_train_epochs=3, per_device_train_batch_size=2, save_strategy="no",
     logging_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True, ddp_backend="gloo",
 )
 trainer = Trainer(
-    model=BertForSequenceClassification(config), args=args, train_dataset=Tokens(20),
+    model=tiny_bert(), args=args, train_dataset=Tokens(20),
     callbacks=[Spike()],
 )
 trainer.train()
@@ -96,24 +90,12 @@ def steps_by_rank(tmp_path):
     job runs on one node: its ranks are its local ranks (Lightning's launcher sets no
     ``RANK``)."""
     out = {}
-    path = tmp_path / "gpuspan-runs" / "r" / "traces.jsonl"
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            resource = {
-                a["key"]: next(iter(a["value"].values()))
-                for a in rs.get("resource", {}).get("attributes", [])
-            }
-            for ss in rs["scopeSpans"]:
-                for span in ss["spans"]:
-                    if span["name"] != "step":
-                        continue
-                    attributes = {
-                        a["key"]: next(iter(a["value"].values())) for a in span["attributes"]
-                    }
-                    out.setdefault(int(resource["ml.local_rank"]), []).append((
-                        int(attributes["ml.step"]),
-                        [e["name"] for e in span.get("events", [])],
-                    ))
+    for resource, span in spans_with_resources(tmp_path / "gpuspan-runs" / "r" / "traces.jsonl"):
+        if span["name"] == "step":
+            out.setdefault(int(resource["ml.local_rank"]), []).append((
+                int(span["attributes"]["ml.step"]),
+                [e["name"] for e in span.get("events", [])],
+            ))
     return {rank: sorted(steps) for rank, steps in out.items()}
 
 

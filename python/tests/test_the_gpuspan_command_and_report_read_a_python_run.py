@@ -5,21 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import clean_env, run_python
+from conftest import TWO_EPOCHS, clean_env, run_python
 
 import gpuspan
-
-SCRIPT = """
-import gpuspan
-
-gpuspan.init(run_id="r")
-for epoch in range(2):
-    with gpuspan.epoch(epoch):
-        for step in range(3):
-            with gpuspan.step(step, batch_size=8):
-                pass
-print("trained")
-"""
 
 
 def gpuspan_command():
@@ -29,7 +17,7 @@ def gpuspan_command():
 
 def test_a_run_without_shutdown_is_written_and_reported(tmp_path, fake_nvml):
     env = clean_env(GPUSPAN_NVML_LIB=fake_nvml, FAKE_NVML_USED_MIB=2048)
-    proc = run_python(SCRIPT, tmp_path, env)
+    proc = run_python(TWO_EPOCHS.format(run_id="r"), tmp_path, env)
     # The summary table is printed (on standard error) at exit.
     assert proc.stdout == "trained\n"
     assert "gpuspan: run r (gpuspan-runs/r)" in proc.stderr

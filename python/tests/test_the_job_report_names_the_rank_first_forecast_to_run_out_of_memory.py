@@ -4,11 +4,7 @@ higher than the last, rank 0's stay flat. ``gpuspan.report()`` on the job gives,
 first forecast to run out of memory, with the step, the steps left, its device and the
 growth a step; Jupyter's table shows it too."""
 
-import subprocess
-import sys
-import textwrap
-
-from conftest import MIB, clean_env
+from conftest import MIB, run_ranks
 
 import gpuspan
 
@@ -39,36 +35,13 @@ telemetry.shutdown()
 
 
 def test_the_rank_whose_steps_ramp_is_named_first_forecast(tmp_path, fake_nvml):
-    (tmp_path / "rank.py").write_text(textwrap.dedent(RANK))
-    procs = []
-    for rank in range(2):
-        live = tmp_path / f"gpu-{rank}"
+    lives = [tmp_path / f"gpu-{rank}" for rank in range(2)]
+    for rank, live in enumerate(lives):
         live.write_text(f"used {rank} {1000 * MIB}\n")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "rank.py"],
-                cwd=tmp_path,
-                env=clean_env(
-                    GPUSPAN_NVML_LIB=fake_nvml,
-                    FAKE_NVML_DEVICES=2,
-                    FAKE_NVML_TOTAL_MIB=16384,
-                    FAKE_NVML_LIVE_FILE=live,
-                    GPUSPAN_SAMPLE_INTERVAL="5ms",
-                    GPUSPAN_RUN_ID="job",
-                    RANK=rank,
-                    LOCAL_RANK=rank,
-                    WORLD_SIZE=2,
-                ),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    for rank, p in enumerate(procs):
-        _, err = p.communicate(timeout=180)
-        assert p.returncode == 0, f"rank {rank}: {err}"
+    env = {"FAKE_NVML_TOTAL_MIB": 16384, "GPUSPAN_SAMPLE_INTERVAL": "5ms"}
+    job, _ = run_ranks(tmp_path, RANK, fake_nvml, lives, 180, **env)
 
-    report = gpuspan.report(tmp_path / "gpuspan-runs" / "job")
+    report = gpuspan.report(job)
     line = report.job["first_forecast"]
     assert line.startswith("first OOM forecast: rank 1 in step "), line
     assert ", out of memory in about " in line, line

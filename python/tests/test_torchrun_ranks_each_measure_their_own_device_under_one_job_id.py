@@ -3,12 +3,11 @@ devices: every rank's resource says its rank, local rank, world size and the one
 they share, and each rank's step spans carry the memory of its own device only (LOCAL_RANK),
 not the sum over the node."""
 
-import json
 import subprocess
 import sys
 import textwrap
 
-from conftest import MIB, clean_env
+from conftest import MIB, clean_env, spans_with_resources
 
 TRAIN = """
 import torch
@@ -23,24 +22,6 @@ for step in range(3):
     optimizer.zero_grad()
 dist.destroy_process_group()
 """
-
-
-def spans_with_resources(path):
-    """(resource attributes, span) for every span of an OTLP/JSON lines file."""
-    out = []
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            resource = {
-                a["key"]: next(iter(a["value"].values()))
-                for a in rs.get("resource", {}).get("attributes", [])
-            }
-            for ss in rs["scopeSpans"]:
-                for span in ss["spans"]:
-                    span["attributes"] = {
-                        a["key"]: next(iter(a["value"].values())) for a in span.get("attributes", [])
-                    }
-                    out.append((resource, span))
-    return out
 
 
 def test_each_rank_has_its_position_the_job_id_and_its_own_device(tmp_path, fake_nvml):

@@ -4,19 +4,13 @@ BERT, gradient accumulation and an evaluation each epoch: an `epoch` span per ep
 `state.global_step` after the step, and an `evaluation` span per evaluation, each with
 the memory the fake device was scripted with while it was open."""
 
-from conftest import read_spans, run_python
-from frameworks import PRELUDE, TOKENS, by_start, framework_env, memory, parent
+from conftest import run_python
+from frameworks import PRELUDE, TOKENS, by_start, framework_env, memory, three_epochs
 
 SCRIPT = (
     PRELUDE
     + """
-from transformers import (
-    BertConfig,
-    BertForSequenceClassification,
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-)
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from gpuspan import _claim
 from gpuspan.transformers import GpuspanCallback
@@ -40,10 +34,6 @@ class Counts(TrainerCallback):
         use(1500)
 
 
-config = BertConfig(
-    vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-    intermediate_size=32, max_position_embeddings=16, num_labels=2,
-)
 use(1500, wait=False)
 args = TrainingArguments(
     output_dir="out",
@@ -59,7 +49,7 @@ args = TrainingArguments(
     disable_tqdm=True,
 )
 trainer = Trainer(
-    model=BertForSequenceClassification(config),
+    model=tiny_bert(),
     args=args,
     train_dataset=Tokens(10),
     eval_dataset=Tokens(4),
@@ -77,15 +67,9 @@ def test_training_gets_its_spans(tmp_path, fake_nvml):
     # 10 samples in batches of 2, two batches a step: 3 optimizer steps an epoch.
     assert "global steps: [1, 2, 3, 4, 5, 6, 7, 8, 9]" in proc.stdout
     assert "owners during training: ['transformers'] after: None" in proc.stdout
-    spans = read_spans(tmp_path / "gpuspan-runs" / "r" / "traces.jsonl")
 
-    epochs = by_start(spans, "epoch")
-    assert [e["attributes"]["ml.epoch"] for e in epochs] == [0, 1, 2]
-    steps = by_start(spans, "step")
+    spans, epochs, steps = three_epochs(tmp_path, lambda e: [3 * e + 1, 3 * e + 2, 3 * e + 3])
     assert len(steps) == 9
-    for e, epoch in enumerate(epochs):
-        mine = [s for s in steps if parent(s) == epoch["spanId"]]
-        assert [s["attributes"]["ml.step"] for s in mine] == [3 * e + 1, 3 * e + 2, 3 * e + 3]
     for span in steps + epochs:
         assert memory(span) == (1500, 1500, 1500)
 

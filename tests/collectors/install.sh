@@ -19,17 +19,12 @@ set -euo pipefail
 ROTEL_VERSION=0.0.1a15
 MLFLOW_VERSION=3.17.2
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-dir="${COLLECTORS_DIR:-$repo/target/collectors}"
-venv="$dir/venv"
+. "$(dirname "${BASH_SOURCE[0]}")/../install_dir.sh"
+install_dir COLLECTORS_DIR collectors
 bin="$dir/bin"
 stamp="$venv/.gpuspan-installed"
 packages=("rotel==$ROTEL_VERSION" "mlflow==$MLFLOW_VERSION")
 want="${packages[*]}"
-
-mkdir -p "$dir"
-exec 9>"$dir/install.lock"
-flock 9
 
 started=$(date +%s)
 say() { echo "install.sh: $*" >&2; }

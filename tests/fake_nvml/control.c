@@ -186,24 +186,37 @@ FAKE_EXPORT void fake_nvml_reset_call_counts(void) {
     unlock_state();
 }
 
+/* Sets *points to count points (at_ns[i], values[i]) on the heap, NULL for none: 0, or -1
+ * when an array is missing or memory runs out. */
+static int new_points(const unsigned long long *at_ns, const unsigned long long *values, unsigned int count,
+                      fake_point **points) {
+    *points = NULL;
+    if (count == 0) {
+        return 0;
+    }
+    if (at_ns == NULL || values == NULL) {
+        return -1;
+    }
+    fake_point *made = malloc(sizeof(fake_point) * count);
+    if (made == NULL) {
+        return -1;
+    }
+    for (unsigned int i = 0; i < count; i++) {
+        made[i].at_ns = at_ns[i];
+        made[i].used = values[i];
+    }
+    *points = made;
+    return 0;
+}
+
 /* Used memory of dev follows the entry with the largest at_ns <= the time
  * since the timeline clock started; before the first entry, and with
  * count 0 (which clears), the value of fake_nvml_set_memory applies. */
 FAKE_EXPORT int fake_nvml_set_timeline(unsigned int dev, const unsigned long long *at_ns,
                                        const unsigned long long *used, unsigned int count) {
-    if (dev >= FAKE_SLOTS || (count > 0 && (at_ns == NULL || used == NULL))) {
-        return -1;
-    }
     fake_point *points = NULL;
-    if (count > 0) {
-        points = malloc(sizeof(fake_point) * count);
-        if (points == NULL) {
-            return -1;
-        }
-        for (unsigned int i = 0; i < count; i++) {
-            points[i].at_ns = at_ns[i];
-            points[i].used = used[i];
-        }
+    if (dev >= FAKE_SLOTS || new_points(at_ns, used, count, &points) != 0) {
+        return -1;
     }
     lock_control();
     int rc = set_points_locked(dev, points, count);
@@ -263,19 +276,9 @@ FAKE_EXPORT int fake_nvml_set_power(unsigned int dev, unsigned long long mw) {
  * (fake_nvml_power_clock_ns); count 0 clears the timeline. */
 FAKE_EXPORT int fake_nvml_set_power_timeline(unsigned int dev, const unsigned long long *at_ns,
                                              const unsigned long long *mw, unsigned int count) {
-    if (dev >= FAKE_SLOTS || (count > 0 && (at_ns == NULL || mw == NULL))) {
-        return -1;
-    }
     fake_point *points = NULL;
-    if (count > 0) {
-        points = malloc(sizeof(fake_point) * count);
-        if (points == NULL) {
-            return -1;
-        }
-        for (unsigned int i = 0; i < count; i++) {
-            points[i].at_ns = at_ns[i];
-            points[i].used = mw[i];
-        }
+    if (dev >= FAKE_SLOTS || new_points(at_ns, mw, count, &points) != 0) {
+        return -1;
     }
     lock_control();
     free(g_devices[dev].power);

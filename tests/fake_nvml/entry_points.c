@@ -257,51 +257,52 @@ static nvmlReturn_t enter_device(int f, nvmlDevice_t device, const void *out, st
     return NVML_SUCCESS;
 }
 
-FAKE_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetName, device, name, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
-    rc = put_string(name, length, d->name);
+/* Ends a per-device query that enter_device opened: releases the lock, returns rc. */
+static nvmlReturn_t leave_device(nvmlReturn_t rc) {
     unlock_state();
     return rc;
+}
+
+/* Opens a per-device query through enter_device: declares `d`, the device, and `rc`, what
+ * the query returns, or returns enter_device's error. The query ends with leave_device. */
+#define ENTER_DEVICE(f, device, out)                     \
+    struct nvmlDevice_st *d = NULL;                      \
+    int rc = enter_device((f), (device), (out), &d);     \
+    if (rc != NVML_SUCCESS) {                            \
+        return rc;                                       \
+    }
+
+/* ENTER_DEVICE for a query NVML answers for whole GPUs only: asked of a MIG instance, it
+ * fails with mig_error. */
+#define ENTER_GPU(f, device, out, mig_error)             \
+    ENTER_DEVICE(f, device, out)                         \
+    if (d->is_mig) {                                     \
+        return leave_device(mig_error);                  \
+    }
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    ENTER_DEVICE(F_nvmlDeviceGetName, device, name);
+    return leave_device(put_string(name, length, d->name));
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetUUID, device, uuid, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
-    rc = put_string(uuid, length, d->uuid);
-    unlock_state();
-    return rc;
+    ENTER_DEVICE(F_nvmlDeviceGetUUID, device, uuid);
+    return leave_device(put_string(uuid, length, d->uuid));
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetIndex, device, index, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(F_nvmlDeviceGetIndex, device, index);
     *index = d->index;
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetMemoryInfo, device, memory, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(F_nvmlDeviceGetMemoryInfo, device, memory);
     unsigned long long used = used_now_locked(d);
     memory->total = d->total;
     memory->used = used;
     memory->free = d->total > used ? d->total - used : 0;
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 /* Milliseconds every memory read blocks for before it starts, as a driver call on a GPU
@@ -313,14 +314,10 @@ FAKE_EXPORT void fake_nvml_set_hang(unsigned int ms) {
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
-    struct nvmlDevice_st *d = NULL;
     if (g_hang_ms > 0) {
         usleep((useconds_t)g_hang_ms * 1000u);
     }
-    int rc = enter_device(F_nvmlDeviceGetMemoryInfo_v2, device, memory, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(F_nvmlDeviceGetMemoryInfo_v2, device, memory);
     if (memory->version != nvmlMemory_v2) {
         rc = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     } else {
@@ -330,25 +327,15 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
         memory->used = used;
         memory->free = d->total > used ? d->total - used : 0;
     }
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetUtilizationRates, device, utilization, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
-    if (d->is_mig) {
-        /* NVML has no utilization counters per MIG instance. */
-        unlock_state();
-        return NVML_ERROR_NOT_SUPPORTED;
-    }
+    /* NVML has no utilization counters per MIG instance. */
+    ENTER_GPU(F_nvmlDeviceGetUtilizationRates, device, utilization, NVML_ERROR_NOT_SUPPORTED);
     utilization->gpu = d->util_gpu;
     utilization->memory = d->util_memory;
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 /* Whether d keeps accounting: as NVML, never on a GPU in MIG mode or its
@@ -358,23 +345,14 @@ static int accounting_locked(const struct nvmlDevice_st *d) {
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, int *mode) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetAccountingMode, device, mode, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(F_nvmlDeviceGetAccountingMode, device, mode);
     *mode = accounting_locked(d); /* NVML_FEATURE_ENABLED is 1, DISABLED 0 */
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid,
                                                       nvmlAccountingStats_t *stats) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetAccountingStats, device, stats, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(F_nvmlDeviceGetAccountingStats, device, stats);
     fake_process *found = NULL;
     for (unsigned int i = 0; i < d->accounted_count; i++) {
         if (d->accounted[i].pid == pid) {
@@ -396,6 +374,5 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsig
             }
         }
     }
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }

@@ -8,44 +8,26 @@
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
                                               unsigned int *pendingMode) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetMigMode, device, currentMode, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
-    if (d->is_mig || pendingMode == NULL) {
+    ENTER_GPU(F_nvmlDeviceGetMigMode, device, currentMode, NVML_ERROR_INVALID_ARGUMENT);
+    if (pendingMode == NULL) {
         rc = NVML_ERROR_INVALID_ARGUMENT;
     } else {
         *currentMode = d->mig_mode ? 1u : 0u;
         *pendingMode = *currentMode;
     }
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetMaxMigDeviceCount, device, count, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
-    if (d->is_mig) {
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    } else {
-        *count = FAKE_MAX_MIG;
-    }
-    unlock_state();
-    return rc;
+    ENTER_GPU(F_nvmlDeviceGetMaxMigDeviceCount, device, count, NVML_ERROR_INVALID_ARGUMENT);
+    *count = FAKE_MAX_MIG;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
                                                              nvmlDevice_t *migDevice) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetMigDeviceHandleByIndex, device, migDevice, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
-    if (d->is_mig || index >= FAKE_MAX_MIG) {
+    ENTER_GPU(F_nvmlDeviceGetMigDeviceHandleByIndex, device, migDevice, NVML_ERROR_INVALID_ARGUMENT);
+    if (index >= FAKE_MAX_MIG) {
         rc = NVML_ERROR_INVALID_ARGUMENT;
     } else if (!d->mig_mode) {
         rc = NVML_ERROR_NOT_SUPPORTED;
@@ -54,76 +36,42 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device
     } else {
         *migDevice = &g_devices[mig_slot(d->index, index)];
     }
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceIsMigDeviceHandle, device, isMigDevice, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(F_nvmlDeviceIsMigDeviceHandle, device, isMigDevice);
     *isMigDevice = d->is_mig ? 1u : 0u;
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
                                                                       nvmlDevice_t *device) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetDeviceHandleFromMigDeviceHandle, migDevice, device, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(F_nvmlDeviceGetDeviceHandleFromMigDeviceHandle, migDevice, device);
     if (!d->is_mig) {
         rc = NVML_ERROR_INVALID_ARGUMENT;
     } else {
         *device = &g_devices[d->index];
     }
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetTotalEnergyConsumption, device, energy, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
-    if (d->is_mig) {
-        rc = NVML_ERROR_NOT_SUPPORTED;
-    } else {
-        *energy = energy_now_locked(d);
-    }
-    unlock_state();
-    return rc;
+    ENTER_GPU(F_nvmlDeviceGetTotalEnergyConsumption, device, energy, NVML_ERROR_NOT_SUPPORTED);
+    *energy = energy_now_locked(d);
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetPowerUsage, device, power, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
-    if (d->is_mig) {
-        rc = NVML_ERROR_NOT_SUPPORTED;
-    } else {
-        *power = (unsigned int)power_at_locked(d, power_clock_locked());
-    }
-    unlock_state();
-    return rc;
+    ENTER_GPU(F_nvmlDeviceGetPowerUsage, device, power, NVML_ERROR_NOT_SUPPORTED);
+    *power = (unsigned int)power_at_locked(d, power_clock_locked());
+    return leave_device(rc);
 }
 
 static nvmlReturn_t clocks_event_reasons(int f, nvmlDevice_t device, unsigned long long *reasons) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(f, device, reasons, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(f, device, reasons);
     *reasons = d->clock_reasons;
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
@@ -136,18 +84,13 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t 
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(F_nvmlDeviceGetClockInfo, device, clock, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(F_nvmlDeviceGetClockInfo, device, clock);
     if (type != NVML_CLOCK_SM) {
         rc = NVML_ERROR_NOT_SUPPORTED;
     } else {
         *clock = d->sm_mhz;
     }
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 #ifndef FAKE_NVML_NO_PROCESS_QUERIES
@@ -172,11 +115,7 @@ static nvmlReturn_t list_processes(int f, nvmlDevice_t device, unsigned int *inf
 
 static nvmlReturn_t list_processes_held(int f, nvmlDevice_t device, unsigned int *infoCount,
                                         nvmlProcessInfo_t *infos, int graphics) {
-    struct nvmlDevice_st *d = NULL;
-    int rc = enter_device(f, device, infoCount, &d);
-    if (rc != NVML_SUCCESS) {
-        return rc;
-    }
+    ENTER_DEVICE(f, device, infoCount);
     const fake_process *list = graphics ? d->graphics : d->compute;
     unsigned int n = graphics ? d->graphics_count : d->compute_count;
     if (*infoCount < n) {
@@ -193,8 +132,7 @@ static nvmlReturn_t list_processes_held(int f, nvmlDevice_t device, unsigned int
         }
         *infoCount = n;
     }
-    unlock_state();
-    return rc;
+    return leave_device(rc);
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,

@@ -19,12 +19,8 @@ set -euo pipefail
 PLAYWRIGHT_VERSION=1.49.1
 TENSORBOARD_VERSION=2.18.0
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-dir="${PICTURES_DIR:-$repo/target/pictures}"
-venv="$dir/venv"
-mkdir -p "$dir"
-exec 9>"$dir/install.lock"
-flock 9
+. "$(dirname "${BASH_SOURCE[0]}")/../install_dir.sh"
+install_dir PICTURES_DIR pictures
 say() { echo "pictures/install.sh: $*" >&2; }
 
 # --- Chromium (and Node.js when missing) from Debian -----------------------------------------

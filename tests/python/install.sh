@@ -14,9 +14,8 @@ set -euo pipefail
 
 OTEL_VERSION=1.45.2
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-dir="${PYTHON_OTEL_DIR:-$repo/target/python-otel}"
-venv="$dir/venv"
+. "$(dirname "${BASH_SOURCE[0]}")/../install_dir.sh"
+install_dir PYTHON_OTEL_DIR python-otel
 stamp="$venv/.gpuspan-installed"
 packages=(
     "opentelemetry-sdk==$OTEL_VERSION"
@@ -24,10 +23,6 @@ packages=(
     "opentelemetry-exporter-otlp-proto-http==$OTEL_VERSION"
 )
 want="${packages[*]}"
-
-mkdir -p "$dir"
-exec 9>"$dir/install.lock"
-flock 9
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     exit 0
