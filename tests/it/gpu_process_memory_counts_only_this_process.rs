@@ -5,8 +5,6 @@
 
 use gpuspan_test_support as support;
 
-use std::time::Duration;
-
 use support::fake_nvml::{code, FakeNvml, MIB, NO_PROCESS_QUERIES};
 use support::receiver::{ReceivedSpan, Receiver};
 use support::sampling::{self, triple, wait_for_lists};
@@ -34,10 +32,7 @@ fn step_on(
     during: impl FnOnce(&dyn Fn()),
 ) -> ReceivedSpan {
     let receiver = Receiver::start_grpc();
-    let builder = setup::to_receiver(&receiver)
-        .nvml_lib(fake.path())
-        .devices(devices)
-        .sample_interval(Duration::from_millis(2));
+    let builder = setup::on_fake_nvml(&receiver, fake.path()).devices(devices);
     let (telemetry, ()) = sampling::run(builder, |telemetry| {
         let fresh = || wait_for_lists(telemetry, fake, in_scope, 1);
         // The step starts from figures of lists of every device.

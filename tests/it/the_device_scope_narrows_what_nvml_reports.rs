@@ -5,7 +5,6 @@
 use gpuspan_test_support as support;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use support::fake_nvml::{uuid_of, FakeNvml, MIB};
 use support::receiver::{ReceivedSpan, Receiver};
@@ -27,10 +26,7 @@ fn run_with_scope(count: u32, devices: &str, in_scope: u64) -> (ReceivedSpan, BT
         fake.set_memory(dev, used(dev), 80 * 1024 * MIB);
     }
     let receiver = Receiver::start_grpc();
-    let builder = setup::to_receiver(&receiver)
-        .nvml_lib(fake.path())
-        .devices(devices)
-        .sample_interval(Duration::from_millis(2));
+    let builder = setup::on_fake_nvml(&receiver, fake.path()).devices(devices);
     let (telemetry, ()) = sampling::run(builder, |telemetry| {
         assert_eq!(telemetry.memory_source(), Some("nvml"));
         let _step = gpuspan::step_span!(0);

@@ -46,6 +46,13 @@ pub fn on_written_machine(receiver: &Receiver, root: &Path) -> Builder {
         .sample_interval(Duration::from_millis(2))
 }
 
+/// [`to_receiver`] reading the fake NVML library at `lib` every 2 ms.
+pub fn on_fake_nvml(receiver: &Receiver, lib: &Path) -> Builder {
+    to_receiver(receiver)
+        .nvml_lib(lib)
+        .sample_interval(Duration::from_millis(2))
+}
+
 /// Trains an epoch of `steps` steps under `builder` and shuts down: the spans delivered
 /// and lost, and how shutdown went.
 pub fn train_and_shut_down(
