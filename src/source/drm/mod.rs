@@ -401,7 +401,6 @@ fn energy_scope(cards: &[Card], hwmon: &[Option<hwmon::Hwmon>]) -> Option<&'stat
     }
 }
 
-/// A device file that cannot be read, as a reading's error.
 /// Why a card gives no reading when its device has left the machine (unplugged, unbound).
 fn gone(card: &Card) -> Option<String> {
     (!card.dir.join("uevent").exists()).then(|| {
@@ -413,6 +412,7 @@ fn gone(card: &Card) -> Option<String> {
     })
 }
 
+/// A device file that cannot be read, as a reading's error.
 fn lost(why: &Missing, path: &Path) -> String {
     match why {
         Missing::Absent => format!(
